@@ -1,0 +1,3 @@
+DROP TABLE idempotency_ledger;
+DROP TABLE orders;
+DROP TABLE api_keys;

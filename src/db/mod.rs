@@ -1,0 +1,422 @@
+//! Storage plumbing shared by every part of the service: which backend, the
+//! connection pool, migrations, and the one place that knows how a writing
+//! transaction is opened on each backend.
+//!
+//! Query code is written once and compiled for both backends by
+//! [`dispatch!`]; a statement that only one backend understands lives in a
+//! small named function beside its siblings (see `idempotency::store`).
+
+pub mod schema;
+
+use std::fmt;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// How long a SQLite writer waits for the database lock before giving up.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits on PostgreSQL for a row another transaction
+/// holds (in practice: a concurrent request with the same idempotency key)
+/// before it is answered `409 IDEMPOTENCY_IN_PROGRESS`.
+pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
+/// An arbitrary, fixed advisory-lock id that serialises migrations when
+/// several processes start against one PostgreSQL database at once.
+const PG_MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
+
+/// Which database a `DATABASE_URL` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A parsed `DATABASE_URL`: `sqlite://path`, `sqlite:path`, a bare file path,
+/// or `postgres://…` / `postgresql://…`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl {
+    backend: Backend,
+    /// What the driver is given: a file path for SQLite, the URL for PostgreSQL.
+    target: String,
+}
+
+impl DatabaseUrl {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Err("DATABASE_URL is empty".into());
+        }
+        if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+            return Ok(Self {
+                backend: Backend::Postgres,
+                target: raw.to_owned(),
+            });
+        }
+        let path = if let Some(rest) = raw.strip_prefix("sqlite://") {
+            rest
+        } else if let Some(rest) = raw.strip_prefix("sqlite:") {
+            rest
+        } else if let Some((scheme, _)) = raw.split_once("://") {
+            return Err(format!(
+                "unsupported DATABASE_URL scheme '{scheme}': use sqlite://PATH or postgres://…"
+            ));
+        } else {
+            raw
+        };
+        if path.is_empty() {
+            return Err("DATABASE_URL names no SQLite file".into());
+        }
+        if path == ":memory:" {
+            return Err(
+                "an in-memory SQLite database cannot be shared by a connection pool: name a file"
+                    .into(),
+            );
+        }
+        Ok(Self {
+            backend: Backend::Sqlite,
+            target: path.to_owned(),
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL as the drivers take it.
+    pub fn as_str(&self) -> &str {
+        &self.target
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    /// Never prints a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseUrl")
+            .field("backend", &self.backend)
+            .field("target", &redact(&self.target))
+            .finish()
+    }
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{}:***{}", &url[..scheme_end + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Pool and session settings.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    pub max_size: u32,
+    /// How long a request waits for a free connection (or a reconnect during
+    /// an outage) before it is answered `503`.
+    pub connection_timeout: Duration,
+    /// The idempotency lease: on PostgreSQL no statement and no idle moment
+    /// inside a transaction may outlast it.
+    pub lease: Duration,
+}
+
+type SqliteManager = ConnectionManager<SqliteConnection>;
+type PgManager = ConnectionManager<PgConnection>;
+
+/// The connection pool of whichever backend `DATABASE_URL` selected.
+#[derive(Clone)]
+pub enum Pool {
+    Sqlite(r2d2::Pool<SqliteManager>),
+    Postgres(r2d2::Pool<PgManager>),
+}
+
+/// A connection checked out of [`Pool`].
+pub enum PooledConn {
+    Sqlite(PooledConnection<SqliteManager>),
+    Postgres(PooledConnection<PgManager>),
+}
+
+/// A borrowed connection of either backend: what every storage function takes,
+/// so that the same function runs inside or outside a transaction.
+pub enum Conn<'a> {
+    Sqlite(&'a mut SqliteConnection),
+    Postgres(&'a mut PgConnection),
+}
+
+/// Runs `$body` once per backend, with `$c` bound to the concrete connection
+/// and `$schema` to that backend's table definitions.
+///
+/// ```ignore
+/// dispatch!(conn, c, s => s::orders::table.count().get_result::<i64>(c))
+/// ```
+#[macro_export]
+macro_rules! dispatch {
+    ($conn:expr, $c:ident, $schema:ident => $body:expr) => {
+        match $conn {
+            $crate::db::Conn::Sqlite(inner) => {
+                #[allow(unused_imports)]
+                use $crate::db::schema::sqlite as $schema;
+                let $c: &mut ::diesel::SqliteConnection = &mut **inner;
+                $body
+            }
+            $crate::db::Conn::Postgres(inner) => {
+                #[allow(unused_imports)]
+                use $crate::db::schema::pg as $schema;
+                let $c: &mut ::diesel::PgConnection = &mut **inner;
+                $body
+            }
+        }
+    };
+}
+pub use dispatch;
+
+/// Why the database could not be set up at start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot open database {target}: {cause}")]
+    Connect { target: String, cause: String },
+    #[error("cannot apply migrations: {0}")]
+    Migrate(String),
+    #[error("cannot build the connection pool: {0}")]
+    Pool(String),
+}
+
+/// Why a connection could not be checked out at request time.
+#[derive(Debug, thiserror::Error)]
+#[error("no database connection available: {0}")]
+pub struct Unavailable(String);
+
+impl Pool {
+    /// Opens one connection first so that a bad URL or an unreachable server
+    /// is reported with the driver's own words, then builds the pool.
+    pub fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, SetupError> {
+        let connect_error = |e: diesel::ConnectionError| SetupError::Connect {
+            target: redact(url.as_str()),
+            cause: e.to_string().trim().to_owned(),
+        };
+        match url.backend() {
+            Backend::Sqlite => {
+                let mut probe = SqliteConnection::establish(url.as_str()).map_err(connect_error)?;
+                SqliteSession
+                    .apply(&mut probe)
+                    .map_err(|e| SetupError::Connect {
+                        target: url.as_str().to_owned(),
+                        cause: e.to_string(),
+                    })?;
+                drop(probe);
+                pool_builder(options)
+                    .connection_customizer(Box::new(SqliteSession))
+                    .build(ConnectionManager::new(url.as_str()))
+                    .map(Pool::Sqlite)
+                    .map_err(|e| SetupError::Pool(e.to_string()))
+            }
+            Backend::Postgres => {
+                PgConnection::establish(url.as_str()).map_err(connect_error)?;
+                pool_builder(options)
+                    .connection_customizer(Box::new(PgSession {
+                        lease: options.lease,
+                    }))
+                    .build(ConnectionManager::new(url.as_str()))
+                    .map(Pool::Postgres)
+                    .map_err(|e| SetupError::Pool(e.to_string()))
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Checks out a connection, waiting at most the pool's connection timeout.
+    pub fn get(&self) -> Result<PooledConn, Unavailable> {
+        match self {
+            Pool::Sqlite(p) => p.get().map(PooledConn::Sqlite),
+            Pool::Postgres(p) => p.get().map(PooledConn::Postgres),
+        }
+        .map_err(|e| Unavailable(e.to_string()))
+    }
+}
+
+fn pool_builder<C>(options: &PoolOptions) -> r2d2::Builder<ConnectionManager<C>>
+where
+    C: diesel::r2d2::R2D2Connection + 'static,
+{
+    r2d2::Pool::builder()
+        .max_size(options.max_size)
+        .min_idle(Some(1))
+        .connection_timeout(options.connection_timeout)
+        // A dead connection marks itself broken on its first failed query
+        // (diesel reads libpq's status), so a `SELECT 1` on every checkout
+        // would be a wasted round trip.
+        .test_on_check_out(false)
+}
+
+impl PooledConn {
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            PooledConn::Sqlite(c) => Conn::Sqlite(c),
+            PooledConn::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+
+    /// Runs `f` in one writing transaction: `BEGIN IMMEDIATE` on SQLite (a
+    /// deferred transaction that reads then writes fails with "database is
+    /// locked" under concurrent writers), a read-committed transaction on
+    /// PostgreSQL. `f`'s error rolls everything back.
+    pub fn write_transaction<T, E>(
+        &mut self,
+        f: impl FnOnce(&mut Conn<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<DieselError>,
+    {
+        match self {
+            PooledConn::Sqlite(c) => c.immediate_transaction(|c| f(&mut Conn::Sqlite(c))),
+            PooledConn::Postgres(c) => c.transaction(|c| f(&mut Conn::Postgres(c))),
+        }
+    }
+}
+
+/// Applies pending migrations with a dedicated connection (not pooled, so no
+/// session timeouts apply). On PostgreSQL an advisory lock keeps several
+/// processes that start together from migrating at once.
+pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
+    let connect_error = |e: diesel::ConnectionError| SetupError::Connect {
+        target: redact(url.as_str()),
+        cause: e.to_string().trim().to_owned(),
+    };
+    let migrate_error =
+        |e: Box<dyn std::error::Error + Send + Sync>| SetupError::Migrate(e.to_string());
+    match url.backend() {
+        Backend::Sqlite => {
+            let mut conn = SqliteConnection::establish(url.as_str()).map_err(connect_error)?;
+            SqliteSession
+                .apply(&mut conn)
+                .map_err(|e| SetupError::Migrate(e.to_string()))?;
+            conn.run_pending_migrations(SQLITE_MIGRATIONS)
+                .map(|v| v.len())
+                .map_err(migrate_error)
+        }
+        Backend::Postgres => {
+            let mut conn = PgConnection::establish(url.as_str()).map_err(connect_error)?;
+            conn.batch_execute(&format!("SELECT pg_advisory_lock({PG_MIGRATION_LOCK})"))
+                .map_err(|e| SetupError::Migrate(e.to_string()))?;
+            let applied = conn
+                .run_pending_migrations(PG_MIGRATIONS)
+                .map(|v| v.len())
+                .map_err(migrate_error);
+            // Closing the session releases the lock even if this fails.
+            let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({PG_MIGRATION_LOCK})"));
+            applied
+        }
+    }
+}
+
+/// Whether every migration this binary knows of has been applied.
+pub fn migrations_applied(conn: &mut Conn<'_>) -> Result<bool, DieselError> {
+    let pending = match conn {
+        Conn::Sqlite(c) => MigrationHarness::has_pending_migration(*c, SQLITE_MIGRATIONS),
+        Conn::Postgres(c) => MigrationHarness::has_pending_migration(*c, PG_MIGRATIONS),
+    };
+    pending
+        .map(|pending| !pending)
+        .map_err(|e| DieselError::QueryBuilderError(e.to_string().into()))
+}
+
+/// Per-connection SQLite settings. `busy_timeout` comes first so that the
+/// following pragmas already wait for a lock instead of failing.
+#[derive(Debug, Clone, Copy)]
+struct SqliteSession;
+
+impl SqliteSession {
+    fn apply(&self, conn: &mut SqliteConnection) -> Result<(), DieselError> {
+        conn.batch_execute(&format!(
+            "PRAGMA busy_timeout = {};
+             PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             PRAGMA foreign_keys = ON;",
+            SQLITE_BUSY_TIMEOUT.as_millis()
+        ))
+    }
+}
+
+impl CustomizeConnection<SqliteConnection, r2d2::Error> for SqliteSession {
+    fn on_acquire(&self, conn: &mut SqliteConnection) -> Result<(), r2d2::Error> {
+        self.apply(conn).map_err(r2d2::Error::QueryError)
+    }
+}
+
+/// Per-connection PostgreSQL settings: how long a request waits for a row
+/// another transaction holds, and the lease that bounds how long any
+/// transaction may hold its claim (a hung holder's session is ended by the
+/// server, so its transaction can never commit late).
+#[derive(Debug, Clone, Copy)]
+struct PgSession {
+    lease: Duration,
+}
+
+impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
+        let lease_ms = self.lease.as_millis().max(1);
+        let lock_ms = PG_LOCK_WAIT.as_millis().min(lease_ms);
+        conn.batch_execute(&format!(
+            "SET TIME ZONE 'UTC';
+             SET lock_timeout = {lock_ms};
+             SET statement_timeout = {lease_ms};
+             SET idle_in_transaction_session_timeout = {lease_ms};"
+        ))
+        .map_err(r2d2::Error::QueryError)
+    }
+}
+
+/// How a failed query should be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The database is unreachable, locked or shedding load: `503`, retry.
+    Unavailable,
+    /// PostgreSQL's `lock_timeout` fired: another transaction holds the row.
+    LockTimeout,
+    /// Anything else: a defect, answered with an opaque `500`.
+    Internal,
+}
+
+/// Classifies a diesel error by what the client can do about it.
+pub fn classify(error: &DieselError) -> Failure {
+    match error {
+        DieselError::DatabaseError(kind, info) => match kind {
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand => {
+                Failure::Unavailable
+            }
+            DatabaseErrorKind::SerializationFailure => Failure::Unavailable,
+            _ => {
+                let message = info.message();
+                if message.contains("lock timeout") {
+                    Failure::LockTimeout
+                } else if message.contains("database is locked")
+                    || message.contains("database is busy")
+                    || message.contains("terminating connection")
+                    || message.contains("the database system is")
+                    || message.contains("server closed the connection")
+                    || message.contains("statement timeout")
+                    || message.contains("idle-in-transaction timeout")
+                {
+                    Failure::Unavailable
+                } else {
+                    Failure::Internal
+                }
+            }
+        },
+        DieselError::BrokenTransactionManager => Failure::Unavailable,
+        _ => Failure::Internal,
+    }
+}

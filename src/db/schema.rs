@@ -1,0 +1,90 @@
+//! Table definitions, one module per backend.
+//!
+//! The two modules describe the same tables; they differ only where the SQL
+//! types differ (`TIMESTAMPTZ` and `UUID` on PostgreSQL, `TEXT` on SQLite).
+//! Query code is written once and compiled against both through
+//! [`crate::db::dispatch!`].
+
+pub mod sqlite {
+    diesel::table! {
+        api_keys (id) {
+            id -> BigInt,
+            user_id -> Text,
+            token_hash -> Text,
+            token_prefix -> Text,
+            created_at -> TimestamptzSqlite,
+            revoked_at -> Nullable<TimestamptzSqlite>,
+        }
+    }
+
+    diesel::table! {
+        orders (seq) {
+            seq -> BigInt,
+            id -> Text,
+            user_id -> Text,
+            item -> Text,
+            quantity -> Integer,
+            price_cents -> BigInt,
+            status -> Text,
+            idempotency_key -> Text,
+            request_fingerprint -> Text,
+            created_at -> TimestamptzSqlite,
+            updated_at -> TimestamptzSqlite,
+        }
+    }
+
+    diesel::table! {
+        idempotency_ledger (idempotency_key, user_id) {
+            idempotency_key -> Text,
+            user_id -> Text,
+            request_fingerprint -> Text,
+            response_status -> Nullable<Integer>,
+            response_headers -> Nullable<Text>,
+            response_body -> Nullable<Binary>,
+            created_at -> TimestamptzSqlite,
+            expires_at -> TimestamptzSqlite,
+        }
+    }
+}
+
+pub mod pg {
+    diesel::table! {
+        api_keys (id) {
+            id -> BigInt,
+            user_id -> Text,
+            token_hash -> Text,
+            token_prefix -> Text,
+            created_at -> Timestamptz,
+            revoked_at -> Nullable<Timestamptz>,
+        }
+    }
+
+    diesel::table! {
+        orders (seq) {
+            seq -> BigInt,
+            id -> Uuid,
+            user_id -> Text,
+            item -> Text,
+            quantity -> Integer,
+            price_cents -> BigInt,
+            status -> Text,
+            idempotency_key -> Text,
+            request_fingerprint -> Text,
+            created_at -> Timestamptz,
+            updated_at -> Timestamptz,
+        }
+    }
+
+    diesel::table! {
+        idempotency_ledger (idempotency_key, user_id) {
+            idempotency_key -> Text,
+            user_id -> Text,
+            request_fingerprint -> Text,
+            response_status -> Nullable<Integer>,
+            response_headers -> Nullable<Text>,
+            response_body -> Nullable<Binary>,
+            created_at -> Timestamptz,
+            expires_at -> Timestamptz,
+        }
+    }
+}
