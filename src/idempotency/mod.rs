@@ -1,0 +1,281 @@
+//! The generic idempotency ledger. It knows requests (a user, a key, a
+//! fingerprint) and responses (status, allow-listed headers, body); it knows
+//! nothing of orders.
+//!
+//! A mutation runs through [`Ledger::execute`]:
+//!
+//! 1. **read**: a completed entry for `(key, user)` is answered at once —
+//!    replayed when the fingerprint matches, refused when it does not. No
+//!    write, no lock: a replay costs what a read costs.
+//! 2. **claim**: otherwise one writing transaction inserts the claim
+//!    (`INSERT … ON CONFLICT DO NOTHING`). A concurrent request with the same
+//!    key conflicts on the primary key: on PostgreSQL it waits for the
+//!    holder's transaction and then replays its answer (or is told
+//!    `IDEMPOTENCY_IN_PROGRESS` after `lock_timeout`); on SQLite writers are
+//!    serialised, so it finds the completed entry.
+//! 3. **execute and record**: the mutation runs on the same connection,
+//!    inside the same transaction, and its response is written into the
+//!    claim row before the commit. Both persist or neither does: a crash or a
+//!    5xx rolls back the claim with the change, and the key is free again.
+//!
+//! The claim is never committed without its response, so a holder that dies
+//! takes its claim with it. The lease bounds a holder that is alive but hung:
+//! it may not record after its lease has run out (checked before the commit),
+//! and on PostgreSQL the server ends any session idle in a transaction, or in
+//! one statement, for longer than the lease.
+
+mod fingerprint;
+mod key;
+pub mod store;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use diesel::result::Error as DieselError;
+
+pub use fingerprint::Fingerprint;
+pub use key::{HEADER, IdempotencyKey, KeyError, MAX_LEN};
+
+use crate::db::{self, Conn, Failure, Pool};
+
+/// The only response headers recorded and replayed.
+pub const RECORDED_HEADERS: [&str; 3] = ["location", "content-type", "etag"];
+
+/// A response as the ledger stores and replays it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RecordedResponse {
+    /// Keeps only the allow-listed headers.
+    fn recordable(&self) -> Self {
+        Self {
+            status: self.status,
+            headers: self
+                .headers
+                .iter()
+                .filter(|(name, _)| {
+                    RECORDED_HEADERS
+                        .iter()
+                        .any(|h| h.eq_ignore_ascii_case(name))
+                })
+                .cloned()
+                .collect(),
+            body: self.body.clone(),
+        }
+    }
+
+    fn headers_json(&self) -> String {
+        serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    fn from_stored(status: i32, headers: &str, body: Vec<u8>) -> Option<Self> {
+        Some(Self {
+            status: u16::try_from(status).ok()?,
+            headers: serde_json::from_str(headers).ok()?,
+            body,
+        })
+    }
+}
+
+/// What a mutation asks the ledger to do with its answer.
+#[derive(Debug)]
+pub enum Completion {
+    /// Record the response with the change and commit.
+    Record(RecordedResponse),
+    /// Roll back (the claim too) and answer without recording: the mutation
+    /// changed nothing and found its answer elsewhere, so the key must stay
+    /// free for the request that owns it.
+    Release(RecordedResponse),
+}
+
+/// How the ledger answered a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The mutation ran now; this is its response.
+    Executed(RecordedResponse),
+    /// The mutation ran and released its claim (see [`Completion::Release`]).
+    Released(RecordedResponse),
+    /// An earlier request with this key and fingerprint answered this.
+    Replayed(RecordedResponse),
+    /// The key was used for a different request.
+    KeyReused,
+    /// A request with this key is still running.
+    InProgress,
+}
+
+impl Outcome {
+    /// A stable label for logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Executed(_) => "executed",
+            Outcome::Released(_) => "released",
+            Outcome::Replayed(_) => "replayed",
+            Outcome::KeyReused => "key_reused",
+            Outcome::InProgress => "in_progress",
+        }
+    }
+}
+
+/// Why the ledger could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError<E> {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error: {0}")]
+    Database(DieselError),
+    #[error("the claim's lease ran out before the mutation finished")]
+    LeaseExpired,
+    #[error("the mutation failed")]
+    Operation(E),
+}
+
+/// The transaction that holds a fresh claim. Only the ledger makes one, so a
+/// function that takes it can only run as a claimed, recorded mutation.
+pub struct ClaimedTx<'t, 'c> {
+    conn: &'t mut Conn<'c>,
+}
+
+impl<'c> ClaimedTx<'_, 'c> {
+    pub fn conn(&mut self) -> &mut Conn<'c> {
+        self.conn
+    }
+}
+
+/// One request as the ledger sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct LedgerRequest<'a> {
+    pub user_id: &'a str,
+    pub key: &'a IdempotencyKey,
+    pub fingerprint: &'a Fingerprint,
+}
+
+/// The ledger's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Ledger {
+    pub retention: Duration,
+    pub lease: Duration,
+}
+
+/// Why a claimed transaction was rolled back.
+enum Abort<E> {
+    Database(DieselError),
+    Release(RecordedResponse),
+    LeaseExpired,
+    Operation(E),
+}
+
+impl<E> From<DieselError> for Abort<E> {
+    fn from(e: DieselError) -> Self {
+        Abort::Database(e)
+    }
+}
+
+impl Ledger {
+    /// Answers one mutating request: replays, refuses, or runs `mutation`
+    /// exactly once and records its response in the same transaction.
+    /// `mutation`'s `Err` (a 5xx) rolls everything back and frees the key.
+    pub fn execute<E>(
+        &self,
+        pool: &Pool,
+        request: LedgerRequest<'_>,
+        mutation: impl FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, E>,
+    ) -> Result<Outcome, LedgerError<E>> {
+        let started = Instant::now();
+        let key = request.key.as_str();
+        let user = request.user_id;
+        let fingerprint = request.fingerprint.as_str();
+        let mut pooled = pool
+            .get()
+            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+
+        if let Some(entry) = store::find(&mut pooled.conn(), key, user).map_err(database_error)? {
+            if let Some(outcome) = decide(&entry, fingerprint) {
+                return Ok(outcome);
+            }
+        }
+
+        let now = Utc::now();
+        let keep = chrono::Duration::from_std(self.retention.max(self.lease))
+            .unwrap_or(chrono::Duration::MAX);
+        let expires_at = now
+            .checked_add_signed(keep)
+            .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
+        let lease = self.lease;
+        let result = pooled.write_transaction(|conn| -> Result<Outcome, Abort<E>> {
+            if !store::claim(conn, key, user, fingerprint, now, expires_at)? {
+                // Someone else holds or held the key; their transaction is over.
+                let entry = store::find(conn, key, user)?;
+                return Ok(entry
+                    .and_then(|e| decide(&e, fingerprint))
+                    .unwrap_or(Outcome::InProgress));
+            }
+            let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
+            match completion {
+                Completion::Release(response) => Err(Abort::Release(response)),
+                Completion::Record(response) => {
+                    // The fence: a holder past its lease must not commit.
+                    if started.elapsed() >= lease {
+                        return Err(Abort::LeaseExpired);
+                    }
+                    store::complete(conn, key, user, &response.recordable())?;
+                    Ok(Outcome::Executed(response))
+                }
+            }
+        });
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(Abort::Release(response)) => Ok(Outcome::Released(response)),
+            Err(Abort::LeaseExpired) => Err(LedgerError::LeaseExpired),
+            Err(Abort::Operation(e)) => Err(LedgerError::Operation(e)),
+            Err(Abort::Database(e)) if db::classify(&e) == Failure::LockTimeout => {
+                Ok(Outcome::InProgress)
+            }
+            Err(Abort::Database(e)) => Err(database_error(e)),
+        }
+    }
+
+    /// Deletes expired entries in batches of `batch` rows, each batch its own
+    /// short transaction so live requests interleave. Stops after
+    /// `max_batches` batches (or when nothing expired is left); returns how
+    /// many entries went.
+    pub fn purge_expired<E>(
+        pool: &Pool,
+        batch: i64,
+        max_batches: usize,
+    ) -> Result<usize, LedgerError<E>> {
+        let mut pooled = pool
+            .get()
+            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+        let mut total = 0;
+        for _ in 0..max_batches {
+            let now = Utc::now();
+            let deleted = pooled
+                .write_transaction(|conn| store::purge_batch(conn, now, batch))
+                .map_err(database_error)?;
+            total += deleted;
+            if (deleted as i64) < batch {
+                break;
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// The decision for an existing entry; `None` while it is still in flight.
+fn decide(entry: &store::Entry, fingerprint: &str) -> Option<Outcome> {
+    if entry.fingerprint != fingerprint {
+        return Some(Outcome::KeyReused);
+    }
+    entry.response.clone().map(Outcome::Replayed)
+}
+
+fn database_error<E>(e: DieselError) -> LedgerError<E> {
+    match db::classify(&e) {
+        Failure::Unavailable | Failure::LockTimeout => LedgerError::Unavailable(e.to_string()),
+        Failure::Internal => LedgerError::Database(e),
+    }
+}
