@@ -1,0 +1,189 @@
+//! The orders domain: what an order is, how it is validated and stored, and
+//! the operations the API offers. Mutations take a [`ClaimedTx`], so they can
+//! only run inside the idempotency ledger's transaction.
+
+pub mod input;
+pub mod model;
+pub mod store;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use diesel::result::Error as DieselError;
+
+use crate::db::Conn;
+use crate::idempotency::{ClaimedTx, Fingerprint, IdempotencyKey};
+use input::{NewOrder, OrderPatch};
+use model::{Order, OrderId, OrderStatus};
+use store::{Changes, CorruptRow, NewRow};
+
+/// Why an orders operation did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum OrdersError {
+    #[error("no such order")]
+    NotFound,
+    #[error("the order is not pending")]
+    NotPending,
+    #[error(transparent)]
+    Corrupt(#[from] CorruptRow),
+    #[error(transparent)]
+    Database(#[from] DieselError),
+}
+
+/// What `create` found.
+#[derive(Debug)]
+pub enum Created {
+    /// A new order.
+    New(Order),
+    /// The order this key already created, by a request with the same
+    /// fingerprint: a retry arriving after the ledger entry was purged.
+    Existing(Order),
+    /// This key created an order from a different request.
+    KeyReused,
+}
+
+/// The clock, at the precision both databases store (microseconds).
+fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+pub fn create(
+    tx: &mut ClaimedTx<'_, '_>,
+    user_id: &str,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    new: NewOrder,
+) -> Result<Created, OrdersError> {
+    let order = Order {
+        id: OrderId::generate(),
+        user_id: user_id.to_owned(),
+        item: new.item,
+        quantity: new.quantity,
+        price: new.price,
+        status: OrderStatus::Pending,
+        request_fingerprint: fingerprint.as_str().to_owned(),
+        created_at: now(),
+    };
+    if store::insert(
+        tx.conn(),
+        &NewRow {
+            order: &order,
+            idempotency_key: key.as_str(),
+        },
+    )? {
+        return Ok(Created::New(order));
+    }
+    // UNIQUE (user_id, idempotency_key) refused the row: this key made an order before.
+    let existing: Order = store::find_by_key(tx.conn(), user_id, key.as_str())?
+        .ok_or(OrdersError::NotFound)?
+        .try_into()?;
+    Ok(if existing.request_fingerprint == fingerprint.as_str() {
+        Created::Existing(existing)
+    } else {
+        Created::KeyReused
+    })
+}
+
+pub fn get(conn: &mut Conn<'_>, user_id: &str, id: &str) -> Result<Order, OrdersError> {
+    let id = OrderId::parse(id).ok_or(OrdersError::NotFound)?;
+    Ok(store::find(conn, user_id, id)?
+        .ok_or(OrdersError::NotFound)?
+        .try_into()?)
+}
+
+/// An opaque position in a user's order list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor(i64);
+
+impl Cursor {
+    pub fn encode(self) -> String {
+        format!("{:016x}", self.0)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        i64::from_str_radix(s, 16).ok().filter(|n| *n > 0).map(Self)
+    }
+}
+
+/// One page of a user's orders, newest first.
+#[derive(Debug)]
+pub struct Page {
+    pub orders: Vec<Order>,
+    pub next: Option<Cursor>,
+}
+
+pub fn list(
+    conn: &mut Conn<'_>,
+    user_id: &str,
+    after: Option<Cursor>,
+    limit: u8,
+) -> Result<Page, OrdersError> {
+    let limit = i64::from(limit);
+    let mut rows = store::list(conn, user_id, after.map(|c| c.0), limit + 1)?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(|r| Cursor(r.seq))
+    } else {
+        None
+    };
+    let orders = rows
+        .into_iter()
+        .map(Order::try_from)
+        .collect::<Result<_, _>>()?;
+    Ok(Page { orders, next })
+}
+
+pub fn update(
+    tx: &mut ClaimedTx<'_, '_>,
+    user_id: &str,
+    id: &str,
+    patch: &OrderPatch,
+) -> Result<Order, OrdersError> {
+    let id = OrderId::parse(id).ok_or(OrdersError::NotFound)?;
+    let changes = Changes {
+        item: patch.item.as_ref().map(|i| i.as_str()),
+        quantity: patch.quantity.map(|q| q.get()),
+        price_cents: patch.price.map(|p| p.cents()),
+    };
+    match store::update_pending(tx.conn(), user_id, id, &changes, now())? {
+        Some(row) => Ok(row.try_into()?),
+        None => match store::find(tx.conn(), user_id, id)? {
+            Some(_) => Err(OrdersError::NotPending),
+            None => Err(OrdersError::NotFound),
+        },
+    }
+}
+
+/// Cancels an order; cancelling a cancelled order changes nothing.
+pub fn cancel(tx: &mut ClaimedTx<'_, '_>, user_id: &str, id: &str) -> Result<Order, OrdersError> {
+    let id = OrderId::parse(id).ok_or(OrdersError::NotFound)?;
+    match store::set_status_from_pending(tx.conn(), user_id, id, OrderStatus::Cancelled, now())? {
+        Some(row) => Ok(row.try_into()?),
+        None => Ok(store::find(tx.conn(), user_id, id)?
+            .ok_or(OrdersError::NotFound)?
+            .try_into()?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_survives_its_round_trip_and_forgeries_are_refused() {
+        let c = Cursor(42);
+        assert_eq!(Cursor::decode(&c.encode()), Some(c));
+        for bad in [
+            "",
+            "abc",
+            "zzzzzzzzzzzzzzzz",
+            "0000000000000000",
+            "ffffffffffffffff",
+            "1'; DROP TABLE x",
+        ] {
+            assert_eq!(Cursor::decode(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The `orders` table. Every function takes a connection so that it runs
+//! inside the caller's transaction.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+use super::model::{Item, Money, Order, OrderId, OrderStatus, Quantity};
+use crate::db::{Conn, dispatch};
+
+/// A row as stored.
+#[derive(Debug, Clone, Queryable)]
+pub struct OrderRow {
+    pub seq: i64,
+    pub id: OrderId,
+    pub user_id: String,
+    pub item: String,
+    pub quantity: i32,
+    pub price_cents: i64,
+    pub status: String,
+    pub idempotency_key: String,
+    pub request_fingerprint: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A stored row that breaks a domain rule: a defect or a tampered database.
+#[derive(Debug, thiserror::Error)]
+#[error("order {0} holds an invalid {1}")]
+pub struct CorruptRow(String, &'static str);
+
+impl TryFrom<OrderRow> for Order {
+    type Error = CorruptRow;
+
+    fn try_from(row: OrderRow) -> Result<Self, CorruptRow> {
+        let id = row.id.to_string();
+        Ok(Order {
+            item: Item::parse(&row.item).map_err(|_| CorruptRow(id.clone(), "item"))?,
+            quantity: Quantity::new(i64::from(row.quantity))
+                .map_err(|_| CorruptRow(id.clone(), "quantity"))?,
+            price: Money::from_cents(i128::from(row.price_cents))
+                .map_err(|_| CorruptRow(id.clone(), "price"))?,
+            status: OrderStatus::parse(&row.status)
+                .ok_or_else(|| CorruptRow(id.clone(), "status"))?,
+            id: row.id,
+            user_id: row.user_id,
+            request_fingerprint: row.request_fingerprint,
+            created_at: row.created_at,
+        })
+    }
+}
+
+/// What a new row needs besides the order itself.
+pub struct NewRow<'a> {
+    pub order: &'a Order,
+    pub idempotency_key: &'a str,
+}
+
+/// Inserts the order unless `(user_id, idempotency_key)` is taken:
+/// `true` when the row was written.
+pub fn insert(conn: &mut Conn<'_>, new: &NewRow<'_>) -> QueryResult<bool> {
+    let o = new.order;
+    let written = dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        diesel::insert_into(t::orders)
+            .values((
+                t::id.eq(o.id),
+                t::user_id.eq(&o.user_id),
+                t::item.eq(o.item.as_str()),
+                t::quantity.eq(o.quantity.get()),
+                t::price_cents.eq(o.price.cents()),
+                t::status.eq(o.status.as_str()),
+                t::idempotency_key.eq(new.idempotency_key),
+                t::request_fingerprint.eq(&o.request_fingerprint),
+                t::created_at.eq(o.created_at),
+                t::updated_at.eq(o.created_at),
+            ))
+            .on_conflict((t::user_id, t::idempotency_key))
+            .do_nothing()
+            .execute(c)
+    })?;
+    Ok(written == 1)
+}
+
+pub fn find(conn: &mut Conn<'_>, user_id: &str, id: OrderId) -> QueryResult<Option<OrderRow>> {
+    dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id))).first::<OrderRow>(c).optional()
+    })
+}
+
+pub fn find_by_key(conn: &mut Conn<'_>, user_id: &str, key: &str) -> QueryResult<Option<OrderRow>> {
+    dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        t::orders
+            .filter(t::user_id.eq(user_id).and(t::idempotency_key.eq(key)))
+            .first::<OrderRow>(c)
+            .optional()
+    })
+}
+
+/// The user's orders with `seq < before`, newest first.
+pub fn list(
+    conn: &mut Conn<'_>,
+    user_id: &str,
+    before: Option<i64>,
+    limit: i64,
+) -> QueryResult<Vec<OrderRow>> {
+    let before = before.unwrap_or(i64::MAX);
+    dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        t::orders
+            .filter(t::user_id.eq(user_id).and(t::seq.lt(before)))
+            .order(t::seq.desc())
+            .limit(limit)
+            .load::<OrderRow>(c)
+    })
+}
+
+/// The fields a patch may change; `None` leaves a column as it is.
+pub struct Changes<'a> {
+    pub item: Option<&'a str>,
+    pub quantity: Option<i32>,
+    pub price_cents: Option<i64>,
+}
+
+/// Applies `changes` to a pending order and returns the new row; `None`
+/// when no pending order of this user has that id.
+pub fn update_pending(
+    conn: &mut Conn<'_>,
+    user_id: &str,
+    id: OrderId,
+    changes: &Changes<'_>,
+    now: DateTime<Utc>,
+) -> QueryResult<Option<OrderRow>> {
+    dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        diesel::update(t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id)).and(t::status.eq("pending"))))
+            .set((
+                changes.item.map(|v| t::item.eq(v)),
+                changes.quantity.map(|v| t::quantity.eq(v)),
+                changes.price_cents.map(|v| t::price_cents.eq(v)),
+                t::updated_at.eq(now),
+            ))
+            .returning(s::orders::all_columns)
+            .get_result::<OrderRow>(c)
+            .optional()
+    })
+}
+
+/// Sets a pending order's status; `None` when no pending order matched.
+pub fn set_status_from_pending(
+    conn: &mut Conn<'_>,
+    user_id: &str,
+    id: OrderId,
+    status: OrderStatus,
+    now: DateTime<Utc>,
+) -> QueryResult<Option<OrderRow>> {
+    dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        diesel::update(t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id)).and(t::status.eq("pending"))))
+            .set((t::status.eq(status.as_str()), t::updated_at.eq(now)))
+            .returning(s::orders::all_columns)
+            .get_result::<OrderRow>(c)
+            .optional()
+    })
+}
+
+pub fn count(conn: &mut Conn<'_>) -> QueryResult<i64> {
+    dispatch!(conn, c, s => s::orders::table.count().get_result(c))
+}
