@@ -1,0 +1,220 @@
+//! Command line and settings. Every setting is a flag and an environment
+//! variable; a flag wins.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::db::{DatabaseUrl, PoolOptions};
+use crate::idempotency::Ledger;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "orders-api",
+    version,
+    about = "An orders REST API in which every mutation is safe to retry"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub settings: Settings,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Apply pending migrations, then serve HTTP until SIGINT/SIGTERM (the default).
+    Serve,
+    /// Apply pending migrations and exit.
+    Migrate,
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Delete expired idempotency-ledger entries once and print how many.
+    Purge,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum KeysCommand {
+    /// Create an API key for USER_ID; prints only the token.
+    Create {
+        #[arg(value_name = "USER_ID")]
+        user_id: String,
+    },
+    /// List keys: id, user, token prefix, created, revoked (never the token).
+    List,
+    /// Revoke a key, given its whole token or its id.
+    Revoke {
+        #[arg(value_name = "TOKEN_OR_ID")]
+        token_or_id: String,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST/DB.
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://orders.db", global = true, value_parser = DatabaseUrl::parse)]
+    pub database_url: DatabaseUrl,
+
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(
+        long = "bind",
+        env = "BIND_ADDR",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
+    pub bind: String,
+
+    /// How long a recorded response is replayed, in seconds.
+    #[arg(long = "retention-secs", env = "IDEMPOTENCY_RETENTION_SECS", default_value_t = 86_400, global = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub retention_secs: u64,
+
+    /// How long one request may hold its key's claim, in seconds.
+    #[arg(long = "lease-secs", env = "IDEMPOTENCY_LEASE_SECS", default_value_t = 30, global = true,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub lease_secs: u64,
+
+    /// How often expired ledger entries are purged, in seconds.
+    #[arg(long = "purge-interval-secs", env = "PURGE_INTERVAL_SECS", default_value_t = 300, global = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub purge_interval_secs: u64,
+
+    /// The largest request body accepted, in bytes.
+    #[arg(long = "max-body-bytes", env = "MAX_BODY_BYTES", default_value_t = 65_536, global = true,
+          value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
+    pub max_body_bytes: u64,
+
+    /// Comma-separated origins allowed cross-origin access (`*` for any); empty: none.
+    #[arg(long = "cors-allowed-origins", env = "CORS_ALLOWED_ORIGINS", default_value = "", global = true,
+          value_delimiter = ',', value_parser = parse_origin)]
+    pub cors_allowed_origins: Vec<String>,
+
+    /// Connections in the database pool of this process.
+    #[arg(long = "pool-size", env = "DATABASE_POOL_SIZE", default_value_t = 10, global = true,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub pool_size: u32,
+
+    /// How long a request waits for a database connection before a 503, in seconds.
+    #[arg(long = "db-timeout-secs", env = "DATABASE_TIMEOUT_SECS", default_value_t = 3, global = true,
+          value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub db_timeout_secs: u64,
+}
+
+/// An origin as browsers send it: `scheme://host[:port]`, or `*`.
+fn parse_origin(raw: &str) -> Result<String, String> {
+    let origin = raw.trim();
+    if origin.is_empty() || origin == "*" {
+        return Ok(origin.to_owned());
+    }
+    let rest = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+        .ok_or_else(|| format!("'{origin}' is not an origin: expected http(s)://host[:port]"))?;
+    if rest.is_empty()
+        || rest.contains(['/', '?', '#', ' '])
+        || origin.parse::<actix_web::http::Uri>().is_err()
+    {
+        return Err(format!(
+            "'{origin}' is not an origin: expected http(s)://host[:port]"
+        ));
+    }
+    Ok(origin.to_owned())
+}
+
+impl Settings {
+    /// Settings with every default, for `url`; what tests start from.
+    pub fn for_database(url: DatabaseUrl) -> Self {
+        Self {
+            database_url: url,
+            bind: "127.0.0.1:0".into(),
+            retention_secs: 86_400,
+            lease_secs: 30,
+            purge_interval_secs: 300,
+            max_body_bytes: 65_536,
+            cors_allowed_origins: Vec::new(),
+            pool_size: 10,
+            db_timeout_secs: 3,
+        }
+    }
+
+    pub fn pool_options(&self) -> PoolOptions {
+        PoolOptions {
+            max_size: self.pool_size,
+            connection_timeout: Duration::from_secs(self.db_timeout_secs),
+            lease: Duration::from_secs(self.lease_secs),
+        }
+    }
+
+    pub fn ledger(&self) -> Ledger {
+        Ledger {
+            retention: Duration::from_secs(self.retention_secs),
+            lease: Duration::from_secs(self.lease_secs),
+        }
+    }
+
+    pub fn cors_origins(&self) -> Vec<String> {
+        self.cors_allowed_origins
+            .iter()
+            .filter(|o| !o.is_empty())
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_those_of_the_contract() {
+        let cli = Cli::try_parse_from(["orders-api"]).unwrap();
+        let s = cli.settings;
+        assert_eq!(s.bind, "127.0.0.1:8080");
+        assert_eq!(
+            (
+                s.retention_secs,
+                s.lease_secs,
+                s.purge_interval_secs,
+                s.max_body_bytes
+            ),
+            (86_400, 30, 300, 65_536)
+        );
+        assert!(s.cors_origins().is_empty());
+        assert!(cli.command.is_none());
+    }
+
+    #[test]
+    fn flags_are_accepted_after_a_subcommand() {
+        let cli = Cli::try_parse_from([
+            "orders-api",
+            "keys",
+            "create",
+            "alice",
+            "--database-url",
+            "sqlite://x.db",
+        ])
+        .unwrap();
+        assert_eq!(cli.settings.database_url.as_str(), "x.db");
+        assert!(
+            matches!(cli.command, Some(Command::Keys(KeysCommand::Create { ref user_id })) if user_id == "alice")
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        assert!(Cli::try_parse_from(["orders-api", "--database-url", "mysql://x"]).is_err());
+        assert!(Cli::try_parse_from(["orders-api", "--lease-secs", "0"]).is_err());
+        assert!(
+            Cli::try_parse_from(["orders-api", "--cors-allowed-origins", "example.com"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from([
+                "orders-api",
+                "--cors-allowed-origins",
+                "https://a.example,http://b.example:8080"
+            ])
+            .is_ok()
+        );
+    }
+}

@@ -1,0 +1,72 @@
+//! Bearer-token authentication: the first check on every `/v1` request.
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header;
+use actix_web::middleware::Next;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use std::future::{Ready, ready};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::auth;
+
+/// The user the request's bearer token belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthUser(pub String);
+
+/// Middleware for the `/v1` scope: resolves the bearer token to a user or
+/// answers `401` before anything else runs.
+pub async fn require_bearer<B: MessageBody>(
+    req: ServiceRequest,
+    next: Next<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
+    match authenticate(&req).await {
+        Ok(user) => {
+            tracing::Span::current().record("user_id", user.as_str());
+            req.extensions_mut().insert(AuthUser(user));
+            Ok(next.call(req).await?.map_into_left_body())
+        }
+        Err(e) => Ok(req.error_response(e).map_into_right_body()),
+    }
+}
+
+async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
+    let token = bearer_token(req).ok_or(ApiError::Unauthorized)?;
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .cloned()
+        .ok_or_else(|| ApiError::Internal("application state missing".into()))?;
+    web::block(move || -> Result<Option<String>, ApiError> {
+        let mut pooled = state.pool.get()?;
+        Ok(auth::authenticate(&mut pooled.conn(), &token)?)
+    })
+    .await??
+    .ok_or(ApiError::Unauthorized)
+}
+
+fn bearer_token(req: &ServiceRequest) -> Option<String> {
+    let mut values = req.headers().get_all(header::AUTHORIZATION);
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && auth::looks_like_token(token))
+        .then(|| token.to_owned())
+}
+
+impl FromRequest for AuthUser {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(
+            req.extensions()
+                .get::<AuthUser>()
+                .cloned()
+                .ok_or(ApiError::Unauthorized),
+        )
+    }
+}

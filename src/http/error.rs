@@ -1,0 +1,248 @@
+//! One error type for the whole HTTP surface, rendered as RFC 9457 problem
+//! details with a stable machine code in `error`. 5xx bodies never carry the
+//! cause: it goes to the log only.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::idempotency::{KeyError, LedgerError, RecordedResponse};
+use crate::orders::OrdersError;
+use crate::orders::input::FieldError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Seconds a client should wait before retrying a `409 IDEMPOTENCY_IN_PROGRESS`.
+pub const IN_PROGRESS_RETRY_AFTER: u32 = 1;
+/// Seconds a client should wait before retrying a `503`.
+pub const UNAVAILABLE_RETRY_AFTER: u32 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("{0}")]
+    BadIdempotencyKey(#[from] KeyError),
+    #[error("request bodies must be application/json")]
+    UnsupportedMediaType,
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("{0}")]
+    MalformedJson(String),
+    #[error("the request body failed validation")]
+    Validation(Vec<FieldError>),
+    #[error("{0}")]
+    BadQuery(String),
+    #[error("no such resource")]
+    NotFound,
+    #[error("this resource does not allow that method")]
+    MethodNotAllowed(&'static str),
+    #[error("only a pending order can be changed")]
+    OrderNotPending,
+    #[error("this Idempotency-Key was already used for a different request")]
+    KeyReused,
+    #[error("a request with this Idempotency-Key is still being processed")]
+    InProgress,
+    /// The cause is logged, never sent.
+    #[error("the service is temporarily unavailable")]
+    Unavailable(String),
+    /// The cause is logged, never sent.
+    #[error("an internal error occurred")]
+    Internal(String),
+}
+
+/// The problem document.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URI reference naming the problem type.
+    #[serde(rename = "type")]
+    #[schema(example = "/problems/validation-failed")]
+    pub kind: String,
+    #[schema(example = "Validation failed")]
+    pub title: &'static str,
+    #[schema(example = 422)]
+    pub status: u16,
+    pub detail: String,
+    /// A stable machine-readable code.
+    #[schema(example = "VALIDATION_FAILED")]
+    pub error: &'static str,
+    /// One entry per failing field (validation failures only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<FieldError>>,
+}
+
+impl ApiError {
+    /// The stable `error` code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "UNAUTHORIZED",
+            ApiError::BadIdempotencyKey(_) | ApiError::Validation(_) | ApiError::BadQuery(_) => {
+                "VALIDATION_FAILED"
+            }
+            ApiError::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            ApiError::MalformedJson(_) => "MALFORMED_JSON",
+            ApiError::NotFound => "NOT_FOUND",
+            ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
+            ApiError::OrderNotPending => "ORDER_NOT_PENDING",
+            ApiError::KeyReused => "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD",
+            ApiError::InProgress => "IDEMPOTENCY_IN_PROGRESS",
+            ApiError::Unavailable(_) => "SERVICE_UNAVAILABLE",
+            ApiError::Internal(_) => "INTERNAL_ERROR",
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "Unauthorized",
+            ApiError::BadIdempotencyKey(_) => "Invalid Idempotency-Key",
+            ApiError::Validation(_) | ApiError::BadQuery(_) => "Validation failed",
+            ApiError::UnsupportedMediaType => "Unsupported media type",
+            ApiError::PayloadTooLarge(_) => "Payload too large",
+            ApiError::MalformedJson(_) => "Malformed JSON",
+            ApiError::NotFound => "Not found",
+            ApiError::MethodNotAllowed(_) => "Method not allowed",
+            ApiError::OrderNotPending => "Order not pending",
+            ApiError::KeyReused => "Idempotency-Key reused",
+            ApiError::InProgress => "Request in progress",
+            ApiError::Unavailable(_) => "Service unavailable",
+            ApiError::Internal(_) => "Internal server error",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::BadIdempotencyKey(_) | ApiError::MalformedJson(_) | ApiError::BadQuery(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::OrderNotPending | ApiError::KeyReused | ApiError::InProgress => {
+                StatusCode::CONFLICT
+            }
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn extra_headers(&self) -> Vec<(HeaderName, String)> {
+        match self {
+            ApiError::Unauthorized => vec![(header::WWW_AUTHENTICATE, "Bearer".to_owned())],
+            ApiError::MethodNotAllowed(allow) => vec![(header::ALLOW, (*allow).to_owned())],
+            ApiError::InProgress => {
+                vec![(header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string())]
+            }
+            ApiError::Unavailable(_) => {
+                vec![(header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string())]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn problem(&self) -> Problem {
+        let code = self.code();
+        Problem {
+            kind: format!("/problems/{}", code.to_ascii_lowercase().replace('_', "-")),
+            title: self.title(),
+            status: self.status().as_u16(),
+            detail: self.to_string(),
+            error: code,
+            errors: match self {
+                ApiError::Validation(errors) => Some(errors.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    fn log(&self) {
+        match self {
+            ApiError::Internal(cause) => tracing::error!(%cause, "request failed"),
+            ApiError::Unavailable(cause) => tracing::warn!(%cause, "database unavailable"),
+            _ => {}
+        }
+    }
+
+    /// The response as the ledger records it: status, allow-listed headers
+    /// and body. Only errors below 500 are ever recorded.
+    pub fn to_recorded(&self) -> RecordedResponse {
+        RecordedResponse {
+            status: self.status().as_u16(),
+            headers: vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())],
+            body: serde_json::to_vec(&self.problem()).unwrap_or_default(),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        self.log();
+        let mut response = HttpResponse::build(self.status());
+        response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+        for (name, value) in self.extra_headers() {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                response.insert_header((name, value));
+            }
+        }
+        response.body(serde_json::to_vec(&self.problem()).unwrap_or_default())
+    }
+}
+
+impl From<OrdersError> for ApiError {
+    fn from(e: OrdersError) -> Self {
+        match e {
+            OrdersError::NotFound => ApiError::NotFound,
+            OrdersError::NotPending => ApiError::OrderNotPending,
+            OrdersError::Corrupt(e) => ApiError::Internal(e.to_string()),
+            OrdersError::Database(e) => ApiError::from_database(e),
+        }
+    }
+}
+
+impl From<crate::db::Unavailable> for ApiError {
+    fn from(e: crate::db::Unavailable) -> Self {
+        ApiError::Unavailable(e.to_string())
+    }
+}
+
+impl From<diesel::result::Error> for ApiError {
+    fn from(e: diesel::result::Error) -> Self {
+        ApiError::from_database(e)
+    }
+}
+
+impl From<actix_web::error::BlockingError> for ApiError {
+    fn from(e: actix_web::error::BlockingError) -> Self {
+        ApiError::Internal(format!("blocking task failed: {e}"))
+    }
+}
+
+impl From<LedgerError<ApiError>> for ApiError {
+    fn from(e: LedgerError<ApiError>) -> Self {
+        match e {
+            LedgerError::Unavailable(cause) => ApiError::Unavailable(cause),
+            LedgerError::LeaseExpired => ApiError::Unavailable("the claim's lease ran out".into()),
+            LedgerError::Database(e) => ApiError::Internal(e.to_string()),
+            LedgerError::Operation(e) => e,
+        }
+    }
+}
+
+impl ApiError {
+    fn from_database(e: diesel::result::Error) -> Self {
+        match crate::db::classify(&e) {
+            crate::db::Failure::Unavailable | crate::db::Failure::LockTimeout => {
+                ApiError::Unavailable(e.to_string())
+            }
+            crate::db::Failure::Internal => ApiError::Internal(e.to_string()),
+        }
+    }
+}

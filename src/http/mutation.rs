@@ -1,0 +1,192 @@
+//! The one way a mutating route runs: every `POST`, `PATCH` and `DELETE`
+//! handler builds a [`Mutation`] and hands its work to [`Mutation::execute`],
+//! which runs it inside the idempotency ledger. The work receives a
+//! [`ClaimedTx`], which only the ledger can make, and the orders domain's
+//! mutations require one: a route that skipped the ledger would not compile.
+//!
+//! Checks run in the order of SPEC §4: auth (middleware, before this), the
+//! key, media type, size and JSON syntax, then the route's body validation,
+//! then the ledger.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::AppState;
+use super::auth::AuthUser;
+use super::body::{is_json, parse_json, read_limited};
+use super::error::ApiError;
+use crate::idempotency::{
+    ClaimedTx, Completion, Fingerprint, IdempotencyKey, LedgerRequest, Outcome, RecordedResponse,
+};
+
+/// Sent on every answer that an earlier request produced.
+pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
+
+/// What a route expects of its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRule {
+    /// A JSON body is required (`POST`, `PATCH`).
+    Json,
+    /// No body is needed; one that is sent must be JSON (`DELETE`).
+    Optional,
+}
+
+/// Who is asking, with which key, for which request.
+#[derive(Debug, Clone)]
+pub struct MutationCtx {
+    pub user_id: String,
+    pub key: IdempotencyKey,
+    pub fingerprint: Fingerprint,
+}
+
+/// A mutating request that passed every check before the ledger.
+#[derive(Debug)]
+pub struct Mutation {
+    ctx: MutationCtx,
+    json: Value,
+}
+
+impl Mutation {
+    pub async fn prepare(
+        req: &HttpRequest,
+        payload: web::Payload,
+        state: &AppState,
+        rule: BodyRule,
+    ) -> Result<Self, ApiError> {
+        let user = req.extensions_user()?;
+        let key = IdempotencyKey::from_headers(req.headers())?;
+        if rule == BodyRule::Json && !is_json(req) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = read_limited(req, payload, state.max_body_bytes).await?;
+        let json = match rule {
+            BodyRule::Optional if bytes.is_empty() => None,
+            BodyRule::Optional if !is_json(req) => return Err(ApiError::UnsupportedMediaType),
+            _ => Some(parse_json(&bytes)?),
+        };
+        let fingerprint = Fingerprint::of(req.method().as_str(), req.path(), &bytes, json.as_ref());
+        Ok(Self {
+            ctx: MutationCtx {
+                user_id: user.0,
+                key,
+                fingerprint,
+            },
+            json: json.unwrap_or(Value::Null),
+        })
+    }
+
+    /// The parsed body (`null` when there was none).
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// Runs `work` exactly once for this key, or answers from the ledger.
+    /// `work`'s errors below 500 are recorded like any other answer; a 5xx
+    /// rolls back and leaves the key free.
+    pub async fn execute<F>(
+        self,
+        state: web::Data<AppState>,
+        work: F,
+    ) -> Result<HttpResponse, ApiError>
+    where
+        F: FnOnce(&mut ClaimedTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
+            + Send
+            + 'static,
+    {
+        let ctx = self.ctx;
+        let outcome = web::block(move || {
+            let request = LedgerRequest {
+                user_id: &ctx.user_id,
+                key: &ctx.key,
+                fingerprint: &ctx.fingerprint,
+            };
+            state
+                .ledger
+                .execute(&state.pool, request, |tx| match work(tx, &ctx) {
+                    Err(e) if !e.status().is_server_error() => {
+                        Ok(Completion::Record(e.to_recorded()))
+                    }
+                    other => other,
+                })
+        })
+        .await??;
+        tracing::Span::current().record("idempotency", outcome.label());
+        crate::telemetry::count_idempotency_outcome(outcome.label());
+        match outcome {
+            Outcome::Executed(response) | Outcome::Released(response) => {
+                Ok(to_http(response, false))
+            }
+            Outcome::Replayed(response) => Ok(to_http(response, true)),
+            Outcome::KeyReused => Err(ApiError::KeyReused),
+            Outcome::InProgress => Err(ApiError::InProgress),
+        }
+    }
+}
+
+trait ExtensionsUser {
+    fn extensions_user(&self) -> Result<AuthUser, ApiError>;
+}
+
+impl ExtensionsUser for HttpRequest {
+    fn extensions_user(&self) -> Result<AuthUser, ApiError> {
+        use actix_web::HttpMessage;
+        self.extensions()
+            .get::<AuthUser>()
+            .cloned()
+            .ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// A JSON answer as the ledger records it.
+pub fn json_reply(
+    status: StatusCode,
+    body: &impl Serialize,
+    location: Option<String>,
+) -> RecordedResponse {
+    let mut headers = vec![(
+        header::CONTENT_TYPE.to_string(),
+        "application/json".to_owned(),
+    )];
+    if let Some(location) = location {
+        headers.push((header::LOCATION.to_string(), location));
+    }
+    RecordedResponse {
+        status: status.as_u16(),
+        headers,
+        body: serde_json::to_vec(body).unwrap_or_default(),
+    }
+}
+
+/// Marks a live answer as a replay of an earlier request's effect.
+pub fn mark_replayed(mut response: RecordedResponse) -> RecordedResponse {
+    response
+        .headers
+        .push((REPLAYED_HEADER.to_owned(), "true".to_owned()));
+    response
+}
+
+fn to_http(response: RecordedResponse, replayed: bool) -> HttpResponse {
+    let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::OK);
+    // The retry created nothing: a recorded 201 comes back as 200.
+    let status = if replayed && status == StatusCode::CREATED {
+        StatusCode::OK
+    } else {
+        status
+    };
+    let mut builder = HttpResponse::build(status);
+    for (name, value) in &response.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::from_str(value),
+        ) {
+            builder.append_header((name, value));
+        }
+    }
+    if replayed {
+        builder.insert_header((REPLAYED_HEADER, "true"));
+    }
+    builder.body(response.body)
+}

@@ -1,0 +1,17 @@
+//! orders-api: a reference implementation of the `Idempotency-Key` pattern.
+//!
+//! - [`idempotency`]: the generic ledger (knows nothing of orders);
+//! - [`orders`]: the orders domain;
+//! - [`http`]: routes, authentication, bodies, errors;
+//! - [`db`]: backends, pool, migrations; [`auth`]: API keys;
+//! - [`config`], [`cli`], [`startup`], [`telemetry`]: the process around them.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod idempotency;
+pub mod orders;
+pub mod startup;
+pub mod telemetry;

@@ -1,0 +1,138 @@
+//! Building and running the HTTP server.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpServer, web};
+
+use crate::config::Settings;
+use crate::db::Pool;
+use crate::http::{self, AppState};
+use crate::idempotency::Ledger;
+use crate::telemetry;
+
+/// How many expired entries one purge transaction deletes.
+pub const PURGE_BATCH: i64 = 1_000;
+/// How many batches one purge round deletes at most before yielding.
+const PURGE_MAX_BATCHES_PER_ROUND: usize = 1_000;
+/// The pause between two purge batches, so live writers get the lock.
+const PURGE_PAUSE: Duration = Duration::from_millis(5);
+/// How long in-flight requests may run after SIGTERM.
+const SHUTDOWN_GRACE: u64 = 30;
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {cause}")]
+pub struct BindError {
+    addr: String,
+    cause: std::io::Error,
+}
+
+/// A bound, not yet running, server.
+pub struct Application {
+    port: u16,
+    server: Server,
+    pool: Pool,
+    purge_interval: Duration,
+}
+
+impl Application {
+    pub fn build(settings: &Settings, pool: Pool) -> Result<Self, BindError> {
+        let bind_error = |cause| BindError {
+            addr: settings.bind.clone(),
+            cause,
+        };
+        let listener = TcpListener::bind(&settings.bind).map_err(bind_error)?;
+        let port = listener.local_addr().map_err(bind_error)?.port();
+        let state = web::Data::new(AppState {
+            pool: pool.clone(),
+            ledger: settings.ledger(),
+            max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
+            metrics: telemetry::metrics_handle(),
+        });
+        let origins = settings.cors_origins();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .configure(http::routes)
+                .wrap(http::cors(&origins))
+                .wrap(from_fn(telemetry::observe))
+        })
+        .shutdown_timeout(SHUTDOWN_GRACE)
+        .listen(listener)
+        .map_err(bind_error)?
+        .run();
+        Ok(Self {
+            port,
+            server,
+            pool,
+            purge_interval: Duration::from_secs(settings.purge_interval_secs),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A handle that stops the server (gracefully with `stop(true)`).
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until the server is stopped (SIGINT/SIGTERM or the handle),
+    /// purging expired ledger entries in the background meanwhile.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let purge = actix_web::rt::spawn(purge_periodically(self.pool, self.purge_interval));
+        let result = self.server.await;
+        purge.abort();
+        result
+    }
+}
+
+async fn purge_periodically(pool: Pool, every: Duration) {
+    let mut ticker = actix_web::rt::time::interval(every);
+    ticker.tick().await; // the first tick is immediate
+    loop {
+        ticker.tick().await;
+        let pool = pool.clone();
+        let purged = web::block(move || purge_round(&pool)).await;
+        match purged {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(purged = n, "purged expired idempotency entries"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "purge failed; will retry"),
+            Err(e) => tracing::warn!(error = %e, "purge task failed; will retry"),
+        }
+    }
+}
+
+/// One purge round: bounded batches with a pause between them.
+fn purge_round(
+    pool: &Pool,
+) -> Result<usize, crate::idempotency::LedgerError<std::convert::Infallible>> {
+    let mut total = 0;
+    for _ in 0..PURGE_MAX_BATCHES_PER_ROUND {
+        let n = Ledger::purge_expired(pool, PURGE_BATCH, 1)?;
+        total += n;
+        telemetry::count_purged(n);
+        if (n as i64) < PURGE_BATCH {
+            break;
+        }
+        std::thread::sleep(PURGE_PAUSE);
+    }
+    Ok(total)
+}
+
+/// Purges until nothing expired is left (the `purge` command).
+pub fn purge_all(
+    pool: &Pool,
+) -> Result<usize, crate::idempotency::LedgerError<std::convert::Infallible>> {
+    let mut total = 0;
+    loop {
+        let n = purge_round(pool)?;
+        total += n;
+        if n == 0 || n % (PURGE_BATCH as usize) != 0 {
+            return Ok(total);
+        }
+    }
+}
