@@ -99,6 +99,10 @@ pub struct Settings {
     #[arg(long = "db-timeout-secs", env = "DATABASE_TIMEOUT_SECS", default_value_t = 3, global = true,
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub db_timeout_secs: u64,
+
+    /// HTTP worker threads (default: one per CPU core).
+    #[arg(long = "workers", env = "HTTP_WORKERS", global = true, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: Option<u16>,
 }
 
 /// An origin as browsers send it: `scheme://host[:port]`, or `*`.
@@ -135,6 +139,7 @@ impl Settings {
             cors_allowed_origins: Vec::new(),
             pool_size: 10,
             db_timeout_secs: 3,
+            workers: None,
         }
     }
 

@@ -52,17 +52,18 @@ impl Application {
             metrics: telemetry::metrics_handle(),
         });
         let origins = settings.cors_origins();
-        let server = HttpServer::new(move || {
+        let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 .configure(http::routes)
                 .wrap(http::cors(&origins))
                 .wrap(from_fn(telemetry::observe))
         })
-        .shutdown_timeout(SHUTDOWN_GRACE)
-        .listen(listener)
-        .map_err(bind_error)?
-        .run();
+        .shutdown_timeout(SHUTDOWN_GRACE);
+        if let Some(workers) = settings.workers {
+            server = server.workers(usize::from(workers));
+        }
+        let server = server.listen(listener).map_err(bind_error)?.run();
         Ok(Self {
             port,
             server,

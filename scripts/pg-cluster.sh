@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the test suite.
+#
+#   scripts/pg-cluster.sh start DIR   # prints the admin URL on stdout
+#   scripts/pg-cluster.sh stop DIR
+#
+# PostgreSQL refuses to run as root, so as root the server runs as the
+# `postgres` user. The cluster listens on 127.0.0.1 only, on a free port,
+# with trust authentication: it is for tests, never for data.
+set -euo pipefail
+
+cmd=${1:?usage: pg-cluster.sh start|stop DIR}
+dir=${2:?usage: pg-cluster.sh start|stop DIR}
+
+bindir=${PG_BINDIR:-}
+if [ -z "$bindir" ]; then
+  for candidate in /usr/lib/postgresql/*/bin; do
+    [ -x "$candidate/pg_ctl" ] && bindir=$candidate
+  done
+fi
+if [ -z "$bindir" ] || [ ! -x "$bindir/pg_ctl" ]; then
+  echo "pg-cluster: no PostgreSQL server binaries found (apt-get install postgresql)" >&2
+  exit 1
+fi
+
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+case "$cmd" in
+  start)
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    as_owner "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1
+    as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+      start >&2
+    echo "$port" >"$dir/port"
+    echo "postgres://postgres@127.0.0.1:$port/postgres"
+    ;;
+  stop)
+    [ -d "$dir/data" ] && as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >&2 || true
+    ;;
+  *)
+    echo "usage: pg-cluster.sh start|stop DIR" >&2
+    exit 2
+    ;;
+esac

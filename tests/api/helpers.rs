@@ -1,0 +1,299 @@
+//! The test harness: a real server on port 0 against a fresh database per
+#![allow(dead_code)]
+//! test, on SQLite always and on PostgreSQL when `TEST_DATABASE_URL` names a
+//! server whose user may create databases.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use diesel::{Connection, PgConnection, RunQueryDsl};
+use orders_api::config::Settings;
+use orders_api::db::{self, Backend, DatabaseUrl, Pool};
+use orders_api::startup::Application;
+use serde_json::Value;
+
+pub const TEST_DATABASE_URL: &str = "TEST_DATABASE_URL";
+
+/// Declares each test once per backend: `sqlite::NAME` and `postgres::NAME`.
+/// The PostgreSQL copy is skipped (with a note) when `TEST_DATABASE_URL` is
+/// unset, and fails instead when `CI` is set: CI never skips a backend.
+#[macro_export]
+macro_rules! both_backends {
+    ($( $(#[$meta:meta])* fn $name:ident($backend:ident) $body:block )*) => {
+        mod sqlite {
+            #[allow(unused_imports)]
+            use super::*;
+            $( $(#[$meta])* #[test] fn $name() {
+                let $backend = orders_api::db::Backend::Sqlite;
+                $body
+            } )*
+        }
+        mod postgres {
+            #[allow(unused_imports)]
+            use super::*;
+            $( $(#[$meta])* #[test] fn $name() {
+                if !$crate::helpers::postgres_available() { return; }
+                let $backend = orders_api::db::Backend::Postgres;
+                $body
+            } )*
+        }
+    };
+}
+
+/// Whether the PostgreSQL copies can run; panics in CI when they cannot.
+pub fn postgres_available() -> bool {
+    if std::env::var_os(TEST_DATABASE_URL).is_some() {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
+        panic!("CI is set but {TEST_DATABASE_URL} is not: the PostgreSQL suite must run in CI");
+    }
+    eprintln!("note: {TEST_DATABASE_URL} is not set; skipping the PostgreSQL copy of this test");
+    false
+}
+
+/// A database that exists only for one test and is removed afterwards.
+pub struct TestDb {
+    pub url: DatabaseUrl,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Files(PathBuf),
+    Database { admin_url: String, name: String },
+}
+
+impl TestDb {
+    pub fn fresh(backend: Backend) -> Self {
+        let name = format!("orders_test_{}", uuid::Uuid::new_v4().simple());
+        match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{name}.db"));
+                let url = DatabaseUrl::parse(&format!("sqlite://{}", path.display())).expect("sqlite url");
+                Self { url, cleanup: Cleanup::Files(path) }
+            }
+            Backend::Postgres => {
+                let admin_url = std::env::var(TEST_DATABASE_URL).expect("TEST_DATABASE_URL");
+                let mut admin = PgConnection::establish(&admin_url).expect("connect to TEST_DATABASE_URL");
+                diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).expect("create test database");
+                let url = DatabaseUrl::parse(&with_database(&admin_url, &name)).expect("postgres url");
+                Self { url, cleanup: Cleanup::Database { admin_url, name } }
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.url.backend()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        match &self.cleanup {
+            Cleanup::Files(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Cleanup::Database { admin_url, name } => {
+                if let Ok(mut admin) = PgConnection::establish(admin_url) {
+                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin);
+                }
+            }
+        }
+    }
+}
+
+/// `admin_url` with its database name replaced by `name`.
+pub fn with_database(admin_url: &str, name: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (admin_url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let host_part = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{host_part}/{name}?{q}"),
+        None => format!("{host_part}/{name}"),
+    }
+}
+
+/// A running server and what a test needs to talk to it.
+pub struct TestApp {
+    pub address: String,
+    /// A token of user `alice`.
+    pub token: String,
+    /// The server's own pool, for assertions on the stored state.
+    pub pool: Pool,
+    pub settings: Settings,
+    agent: ureq::Agent,
+    handle: Option<ServerHandle>,
+    thread: Option<JoinHandle<()>>,
+    // Dropped last: the database outlives the server.
+    pub db: TestDb,
+}
+
+impl TestApp {
+    pub fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, |_| {})
+    }
+
+    /// Starts a server whose settings `tweak` may change first.
+    pub fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> Self {
+        let db = TestDb::fresh(backend);
+        let mut settings = Settings::for_database(db.url.clone());
+        settings.workers = Some(2);
+        settings.pool_size = 8;
+        tweak(&mut settings);
+        db::run_migrations(&settings.database_url).expect("migrations");
+        let pool = Pool::connect(&settings.database_url, &settings.pool_options()).expect("pool");
+        let (tx, rx) = mpsc::channel();
+        let (server_settings, server_pool) = (settings.clone(), pool.clone());
+        let thread = std::thread::spawn(move || {
+            let system = actix_web::rt::System::new();
+            let result = system.block_on(async move {
+                let app = Application::build(&server_settings, server_pool).expect("bind");
+                tx.send((app.port(), app.handle())).expect("report port");
+                app.run_until_stopped().await
+            });
+            if let Err(e) = result {
+                eprintln!("test server stopped with {e}");
+            }
+        });
+        let (port, handle) = rx.recv_timeout(Duration::from_secs(30)).expect("server started");
+        let mut app = Self {
+            address: format!("http://127.0.0.1:{port}"),
+            token: String::new(),
+            pool,
+            settings,
+            agent: agent(),
+            handle: Some(handle),
+            thread: Some(thread),
+            db,
+        };
+        app.token = app.create_token("alice");
+        app
+    }
+
+    /// A new API key for `user_id`.
+    pub fn create_token(&self, user_id: &str) -> String {
+        let mut pooled = self.pool.get().expect("connection");
+        orders_api::auth::create(&mut pooled.conn(), user_id).expect("create key")
+    }
+
+    /// Any request, with the caller's headers only.
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> TestResponse {
+        send(&self.agent, method, &format!("{}{path}", self.address), headers, body)
+    }
+
+    /// A request as a well-behaved client sends it: alice's token, and JSON
+    /// when there is a body; `key` is the `Idempotency-Key`, if any.
+    pub fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> TestResponse {
+        self.call_as(&self.token, method, path, key, body)
+    }
+
+    pub fn call_as(&self, token: &str, method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> TestResponse {
+        let auth = format!("Bearer {token}");
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if let Some(key) = key {
+            headers.push(("Idempotency-Key", key));
+        }
+        if body.is_some() {
+            headers.push(("Content-Type", "application/json"));
+        }
+        self.request(method, path, &headers, body)
+    }
+
+    pub fn post_order(&self, key: Option<&str>, body: &str) -> TestResponse {
+        self.call("POST", "/v1/orders", key, Some(body))
+    }
+
+    /// Orders stored, for every user.
+    pub fn order_count(&self) -> i64 {
+        let mut pooled = self.pool.get().expect("connection");
+        orders_api::orders::store::count(&mut pooled.conn()).expect("count orders")
+    }
+
+    /// Idempotency-ledger rows stored, for every user.
+    pub fn ledger_count(&self) -> i64 {
+        let mut pooled = self.pool.get().expect("connection");
+        orders_api::idempotency::store::count(&mut pooled.conn()).expect("count ledger rows")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            // `stop` sends its command at once; the returned future only waits.
+            drop(handle.stop(false));
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An HTTP client that hands every status back instead of failing on 4xx/5xx.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// One request with `agent`; the whole response read.
+pub fn send(agent: &ureq::Agent, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> TestResponse {
+    let mut builder = ureq::http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder.body(body.unwrap_or("").as_bytes().to_vec()).expect("request");
+    let mut response = agent.run(request).expect("the server answered");
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
+        .collect();
+    let body = response.body_mut().read_to_string().unwrap_or_default();
+    TestResponse { status, headers, body }
+}
+
+/// A response, read whole.
+#[derive(Debug, Clone)]
+pub struct TestResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl TestResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn header_count(&self, name: &str) -> usize {
+        self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).count()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// The problem's `error` code (panics when the body is not a problem).
+    pub fn error_code(&self) -> String {
+        self.json()["error"].as_str().unwrap_or_else(|| panic!("no error code in {}", self.body)).to_owned()
+    }
+}
+
+/// A valid order body.
+pub fn order_body(item: &str, quantity: i64, price: &str) -> String {
+    format!(r#"{{"item":"{item}","quantity":{quantity},"price":{price}}}"#)
+}
