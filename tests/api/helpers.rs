@@ -1,7 +1,8 @@
 //! The test harness: a real server on port 0 against a fresh database per
-#![allow(dead_code)]
 //! test, on SQLite always and on PostgreSQL when `TEST_DATABASE_URL` names a
 //! server whose user may create databases.
+
+#![allow(dead_code)] // each test module uses a different part
 
 use std::path::PathBuf;
 use std::sync::mpsc;
