@@ -37,7 +37,7 @@ pub enum ApiError {
     #[error("no such resource")]
     NotFound,
     #[error("this resource does not allow that method")]
-    MethodNotAllowed(&'static str),
+    MethodNotAllowed(String),
     #[error("only a pending order can be changed")]
     OrderNotPending,
     #[error("this Idempotency-Key was already used for a different request")]
@@ -133,7 +133,7 @@ impl ApiError {
     fn extra_headers(&self) -> Vec<(HeaderName, String)> {
         match self {
             ApiError::Unauthorized => vec![(header::WWW_AUTHENTICATE, "Bearer".to_owned())],
-            ApiError::MethodNotAllowed(allow) => vec![(header::ALLOW, (*allow).to_owned())],
+            ApiError::MethodNotAllowed(allow) => vec![(header::ALLOW, allow.clone())],
             ApiError::InProgress => {
                 vec![(header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string())]
             }

@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, web};
 use serde::Serialize;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, Problem};
 use crate::db;
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -13,12 +13,30 @@ pub struct Health {
     pub status: &'static str,
 }
 
-/// `GET /healthz`: the process is up.
+/// Liveness: the process is up and serving.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "getHealth",
+    tag = "operations",
+    responses((status = 200, description = "Up.", body = Health, example = json!({"status": "ok"})))
+)]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Health { status: "ok" })
 }
 
-/// `GET /readyz`: the database answers and every migration is applied.
+/// Readiness: the database answers and every migration is applied.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "getReadiness",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready to serve.", body = Health, example = json!({"status": "ready"})),
+        (status = 503, description = "`SERVICE_UNAVAILABLE`: the database is unreachable, or migrations are pending.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
+    )
+)]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ready = web::block(move || -> Result<bool, ApiError> {
         let mut pooled = state.pool.get()?;
@@ -32,7 +50,17 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     }
 }
 
-/// `GET /metrics`: Prometheus text.
+/// Prometheus metrics, in the text exposition format.
+///
+/// Requests by route and status (count and latency histogram), idempotency
+/// outcomes, and the number of rows in the idempotency ledger.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "getMetrics",
+    tag = "operations",
+    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain; version=0.0.4"))
+)]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let ledger_rows = web::block({
         let state = state.clone();

@@ -10,7 +10,7 @@ pub mod openapi;
 pub mod orders;
 
 use actix_cors::Cors;
-use actix_web::http::header;
+use actix_web::http::{Method, header};
 use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, web};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -27,55 +27,124 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
 }
 
-/// Every route, for [`actix_web::App::configure`].
+/// One operation the service answers: a method on a path. [`routes`]
+/// registers exactly these, and the OpenAPI test compares them with the
+/// document, so a route cannot exist without being documented.
+pub struct Endpoint {
+    pub method: Method,
+    /// The full path, in the router's (and OpenAPI's) `{param}` syntax.
+    pub path: &'static str,
+    handler: fn() -> actix_web::Route,
+}
+
+/// Paths under this prefix need a bearer token, checked before anything else.
+pub const AUTHENTICATED_PREFIX: &str = "/v1";
+
+/// Every operation, grouped by path; within a path, in the order `Allow` lists them.
+pub const ENDPOINTS: &[Endpoint] = &[
+    Endpoint {
+        method: Method::GET,
+        path: "/healthz",
+        handler: || web::route().to(health::healthz),
+    },
+    Endpoint {
+        method: Method::GET,
+        path: "/readyz",
+        handler: || web::route().to(health::readyz),
+    },
+    Endpoint {
+        method: Method::GET,
+        path: "/metrics",
+        handler: || web::route().to(health::metrics),
+    },
+    Endpoint {
+        method: Method::GET,
+        path: "/openapi.json",
+        handler: || web::route().to(openapi::serve),
+    },
+    Endpoint {
+        method: Method::GET,
+        path: "/v1/orders",
+        handler: || web::route().to(orders::list),
+    },
+    Endpoint {
+        method: Method::POST,
+        path: "/v1/orders",
+        handler: || web::route().to(orders::create),
+    },
+    Endpoint {
+        method: Method::GET,
+        path: "/v1/orders/{id}",
+        handler: || web::route().to(orders::get),
+    },
+    Endpoint {
+        method: Method::PATCH,
+        path: "/v1/orders/{id}",
+        handler: || web::route().to(orders::update),
+    },
+    Endpoint {
+        method: Method::DELETE,
+        path: "/v1/orders/{id}",
+        handler: || web::route().to(orders::cancel),
+    },
+];
+
+/// Every route, for [`actix_web::App::configure`]: the [`ENDPOINTS`], one
+/// resource per path; any other method on a known path is a `405` with
+/// `Allow`, an unknown path a `404`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/healthz")
-            .route(web::get().to(health::healthz))
-            .default_service(allow("GET")),
-    )
-    .service(
-        web::resource("/readyz")
-            .route(web::get().to(health::readyz))
-            .default_service(allow("GET")),
-    )
-    .service(
-        web::resource("/metrics")
-            .route(web::get().to(health::metrics))
-            .default_service(allow("GET")),
-    )
-    .service(
-        web::resource("/openapi.json")
-            .route(web::get().to(openapi::serve))
-            .default_service(allow("GET")),
-    )
-    .service(
-        web::scope("/v1")
-            .wrap(from_fn(auth::require_bearer))
-            .service(
-                web::resource("/orders")
-                    .name("orders")
-                    .route(web::post().to(orders::create))
-                    .route(web::get().to(orders::list))
-                    .default_service(allow("GET, POST")),
-            )
-            .service(
-                web::resource("/orders/{id}")
-                    .name("order")
-                    .route(web::get().to(orders::get))
-                    .route(web::patch().to(orders::update))
-                    .route(web::delete().to(orders::cancel))
-                    .default_service(allow("GET, PATCH, DELETE")),
-            )
-            .default_service(web::to(not_found)),
-    )
-    .default_service(web::to(not_found));
+    let mut v1 = web::scope(AUTHENTICATED_PREFIX).wrap(from_fn(auth::require_bearer));
+    for path in endpoint_paths() {
+        match path.strip_prefix(AUTHENTICATED_PREFIX) {
+            Some(rest) if rest.starts_with('/') => v1 = v1.service(resource(rest, path)),
+            _ => {
+                cfg.service(resource(path, path));
+            }
+        }
+    }
+    cfg.service(v1.default_service(web::to(not_found)))
+        .default_service(web::to(not_found));
+}
+
+/// The distinct paths of [`ENDPOINTS`], in order.
+fn endpoint_paths() -> Vec<&'static str> {
+    let mut paths: Vec<&'static str> = Vec::new();
+    for endpoint in ENDPOINTS {
+        if !paths.contains(&endpoint.path) {
+            paths.push(endpoint.path);
+        }
+    }
+    paths
+}
+
+/// The resource at `rel` (relative to its scope) serving every endpoint of `path`.
+fn resource(rel: &str, path: &str) -> actix_web::Resource {
+    let endpoints = ENDPOINTS.iter().filter(|e| e.path == path);
+    let allow = allow_header(path);
+    endpoints
+        .fold(web::resource(rel), |resource, e| {
+            resource.route((e.handler)().method(e.method.clone()))
+        })
+        .default_service(allow_only(allow))
+}
+
+/// The `Allow` value of `path`: its methods, comma-separated.
+fn allow_header(path: &str) -> String {
+    ENDPOINTS
+        .iter()
+        .filter(|e| e.path == path)
+        .map(|e| e.method.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Answers a method the resource does not take (`PUT` among them) with
 /// `405` and `Allow`, changing nothing.
-fn allow(methods: &'static str) -> actix_web::Route {
-    web::to(move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed(methods)) })
+fn allow_only(methods: String) -> actix_web::Route {
+    web::to(move || {
+        let methods = methods.clone();
+        async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed(methods)) }
+    })
 }
 
 async fn not_found() -> Result<HttpResponse, ApiError> {

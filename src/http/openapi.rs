@@ -1,8 +1,343 @@
-//! The OpenAPI 3 document, generated from the code's own types.
+//! The OpenAPI 3 document, generated from the code's own types: each
+//! handler carries its `#[utoipa::path]`, each body type its schema. What
+//! every operation shares because of the middleware (`X-Request-Id`, the
+//! bearer token and its `401` under `/v1`, the `5xx` problems) is added here
+//! once, by [`Shared`].
+//!
+//! `GET /openapi.json` serves it; the integration suite checks that every
+//! route in [`super::ENDPOINTS`] is in it, and CI runs schemathesis against it.
+
+use std::sync::OnceLock;
 
 use actix_web::HttpResponse;
+use serde::Deserialize;
+use utoipa::openapi::header::Header;
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
+use utoipa::openapi::response::Response;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, ObjectBuilder, OpenApi as Document, Ref, RefOr, Required, Type};
+use utoipa::{Modify, OpenApi, ToSchema};
 
-/// `GET /openapi.json`
-pub async fn serve() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({"openapi": "3.1.0"}))
+use super::error::{ApiError, PROBLEM_JSON, Problem};
+use super::{AUTHENTICATED_PREFIX, health, orders};
+use crate::orders::input::FieldError;
+use crate::orders::model::{OrderStatus, OrderView};
+
+/// The name of the bearer-token security scheme.
+pub const BEARER: &str = "bearer";
+/// The header [`crate::telemetry::observe`] reads and sets, as the document spells it.
+const REQUEST_ID: &str = "X-Request-Id";
+
+// Only a schema: the handler reads the body with
+// `crate::orders::input::parse_new_order`, whose bounds these mirror (a unit
+// test below keeps them equal).
+/// The body of `POST /v1/orders`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"item": "Widget", "quantity": 2, "price": 9.99}))]
+#[allow(dead_code)] // a schema only; the handler parses the JSON itself
+pub struct CreateOrder {
+    /// What is ordered: trimmed, no control characters.
+    #[schema(min_length = 1, max_length = 200)]
+    item: String,
+    /// A JSON integer literal (no fraction, no exponent).
+    #[schema(minimum = 1, maximum = 1000000)]
+    quantity: i32,
+    /// The unit price, a whole number of cents.
+    #[schema(minimum = 0, maximum = 1000000000, multiple_of = 0.01)]
+    price: f64,
+}
+
+// Only a schema, like `CreateOrder`: see `parse_order_patch`.
+/// The body of `PATCH /v1/orders/{id}`: at least one member.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(min_properties = 1, example = json!({"quantity": 3}))]
+#[allow(dead_code)] // a schema only; the handler parses the JSON itself
+pub struct UpdateOrder {
+    /// What is ordered: trimmed, no control characters.
+    #[schema(min_length = 1, max_length = 200, nullable = false)]
+    item: Option<String>,
+    /// A JSON integer literal (no fraction, no exponent).
+    #[schema(minimum = 1, maximum = 1000000, nullable = false)]
+    quantity: Option<i32>,
+    /// The unit price, a whole number of cents.
+    #[schema(
+        minimum = 0,
+        maximum = 1000000000,
+        multiple_of = 0.01,
+        nullable = false
+    )]
+    price: Option<f64>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "orders-api",
+        description = "An orders REST API in which every state-changing request is safe to \
+retry: send an `Idempotency-Key` header, and a retry with the same key and body replays the \
+first answer (`Idempotent-Replayed: true`) instead of running again."
+    ),
+    paths(
+        orders::create,
+        orders::list,
+        orders::get,
+        orders::update,
+        orders::cancel,
+        health::healthz,
+        health::readyz,
+        health::metrics,
+        serve,
+    ),
+    components(schemas(
+        CreateOrder,
+        UpdateOrder,
+        OrderView,
+        OrderStatus,
+        orders::OrderPage,
+        Problem,
+        FieldError,
+        health::Health
+    )),
+    modifiers(&Shared),
+    tags(
+        (name = "orders", description = "The caller's orders; every mutation takes an `Idempotency-Key`."),
+        (name = "operations", description = "Health, metrics and this document; no authentication.")
+    )
+)]
+pub struct ApiDoc;
+
+/// The document as JSON, built once.
+pub fn document_json() -> Option<&'static str> {
+    static JSON: OnceLock<Option<String>> = OnceLock::new();
+    JSON.get_or_init(|| ApiDoc::openapi().to_json().ok())
+        .as_deref()
+}
+
+/// Returns the OpenAPI 3 document of this API.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "getOpenApi",
+    tag = "operations",
+    responses((status = 200, description = "This document.", body = Object, content_type = "application/json"))
+)]
+pub async fn serve() -> Result<HttpResponse, ApiError> {
+    let json = document_json()
+        .ok_or_else(|| ApiError::Internal("the OpenAPI document did not serialize".into()))?;
+    Ok(HttpResponse::Ok()
+        .content_type(mime::APPLICATION_JSON)
+        .body(json))
+}
+
+/// What the middleware adds to every operation.
+struct Shared;
+
+impl Modify for Shared {
+    fn modify(&self, doc: &mut Document) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            BEARER,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key, created with `orders-api keys create USER_ID`.",
+                    ))
+                    .build(),
+            ),
+        );
+        for (path, item) in doc.paths.paths.iter_mut() {
+            let authenticated = path
+                .strip_prefix(AUTHENTICATED_PREFIX)
+                .is_some_and(|rest| rest.starts_with('/'));
+            for operation in operations(item) {
+                add_request_id(operation);
+                if authenticated {
+                    operation
+                        .security
+                        .get_or_insert_with(Vec::new)
+                        .push(SecurityRequirement::new(BEARER, Vec::<String>::new()));
+                    add_problem(
+                        operation,
+                        "401",
+                        "`UNAUTHORIZED`: the bearer token is missing, malformed, unknown or \
+                         revoked. Checked before anything else.",
+                        &[("WWW-Authenticate", "`Bearer`.", Type::String)],
+                    );
+                    add_problem(
+                        operation,
+                        "503",
+                        "`SERVICE_UNAVAILABLE`: the database is unreachable or busy. Nothing was \
+                         recorded: retry with the same `Idempotency-Key`.",
+                        &[(
+                            "Retry-After",
+                            "Seconds to wait before retrying.",
+                            Type::Integer,
+                        )],
+                    );
+                    add_problem(
+                        operation,
+                        "500",
+                        "`INTERNAL_ERROR`: an unexpected failure; nothing was recorded. The body \
+                         carries no internals.",
+                        &[],
+                    );
+                }
+                for response in operation.responses.responses.values_mut() {
+                    if let RefOr::T(response) = response {
+                        response
+                            .headers
+                            .entry(REQUEST_ID.to_owned())
+                            .or_insert_with(|| {
+                                RefOr::T(string_header(
+                                    "The request id: the client's `X-Request-Id` when it is \
+                                     1 to 128 characters of `A-Za-z0-9-_.:`, else one generated \
+                                     by the server. It is on every log line of the request.",
+                                ))
+                            });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        item.get.as_mut(),
+        item.put.as_mut(),
+        item.post.as_mut(),
+        item.delete.as_mut(),
+        item.options.as_mut(),
+        item.head.as_mut(),
+        item.patch.as_mut(),
+        item.trace.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+fn string_header(description: &str) -> Header {
+    let mut header = Header::new(ObjectBuilder::new().schema_type(Type::String).build());
+    header.description = Some(description.to_owned());
+    header
+}
+
+/// The optional `X-Request-Id` request header.
+fn add_request_id(operation: &mut Operation) {
+    let parameter = ParameterBuilder::new()
+        .name(REQUEST_ID)
+        .parameter_in(ParameterIn::Header)
+        .required(Required::False)
+        .description(Some(
+            "A request id to log and echo back; 1 to 128 characters of `A-Za-z0-9-_.:`. \
+             Any other value is replaced by one the server generates.",
+        ))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(128))
+                .pattern(Some("^[A-Za-z0-9._:-]+$")),
+        ))
+        .build();
+    operation
+        .parameters
+        .get_or_insert_with(Vec::new)
+        .push(RefOr::T(parameter));
+}
+
+/// A problem response, unless the operation already describes `status`.
+fn add_problem(
+    operation: &mut Operation,
+    status: &str,
+    description: &str,
+    headers: &[(&str, &str, Type)],
+) {
+    let mut response = Response::new(description);
+    response.content.insert(
+        PROBLEM_JSON.to_owned(),
+        RefOr::T(Content::new(Some(Ref::from_schema_name("Problem")))),
+    );
+    for (name, description, kind) in headers {
+        let mut header = Header::new(ObjectBuilder::new().schema_type(kind.clone()).build());
+        header.description = Some((*description).to_owned());
+        response
+            .headers
+            .insert((*name).to_owned(), RefOr::T(header));
+    }
+    operation
+        .responses
+        .responses
+        .entry(status.to_owned())
+        .or_insert(RefOr::T(response));
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::idempotency::MAX_LEN;
+    use crate::orders::input::{parse_new_order, parse_order_patch};
+    use crate::orders::model::{Item, Money, Quantity};
+
+    fn doc() -> Value {
+        serde_json::from_str(document_json().expect("the document serializes")).expect("JSON")
+    }
+
+    #[test]
+    fn the_request_schemas_have_the_bounds_of_the_domain_types() {
+        let doc = doc();
+        for name in ["CreateOrder", "UpdateOrder"] {
+            let schema = &doc["components"]["schemas"][name];
+            assert_eq!(schema["additionalProperties"], false, "{name}");
+            let props = &schema["properties"];
+            assert_eq!(props["item"]["maxLength"], Item::MAX_CHARS, "{name}");
+            assert_eq!(props["item"]["minLength"], 1, "{name}");
+            assert_eq!(props["quantity"]["minimum"], Quantity::MIN, "{name}");
+            assert_eq!(props["quantity"]["maximum"], Quantity::MAX, "{name}");
+            assert_eq!(props["price"]["minimum"], 0, "{name}");
+            assert_eq!(
+                props["price"]["maximum"].as_f64(),
+                Some(Money::MAX_CENTS as f64 / 100.0),
+                "{name}"
+            );
+            assert_eq!(props["price"]["multipleOf"], 0.01, "{name}");
+            for field in ["item", "quantity", "price"] {
+                assert!(
+                    !props[field]["type"].to_string().contains("null"),
+                    "{name}.{field} must not be nullable: {}",
+                    props[field]
+                );
+            }
+        }
+        let required = &doc["components"]["schemas"]["CreateOrder"]["required"];
+        assert_eq!(required, &serde_json::json!(["item", "quantity", "price"]));
+    }
+
+    #[test]
+    fn the_schema_examples_are_accepted_by_the_parsers() {
+        let doc = doc();
+        let create = &doc["components"]["schemas"]["CreateOrder"]["example"];
+        assert!(parse_new_order(create).is_ok(), "{create}");
+        let patch = &doc["components"]["schemas"]["UpdateOrder"]["example"];
+        assert!(parse_order_patch(patch).is_ok(), "{patch}");
+    }
+
+    #[test]
+    fn the_idempotency_key_parameter_has_the_parsers_length_bound() {
+        let doc = doc();
+        let operation = &doc["paths"]["/v1/orders"]["post"];
+        let key = operation["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .find(|p| p["name"] == crate::idempotency::HEADER)
+            .expect("an Idempotency-Key parameter");
+        assert_eq!(key["required"], true);
+        assert_eq!(key["schema"]["maxLength"], MAX_LEN);
+    }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::auth::AuthUser;
-use super::error::ApiError;
+use super::error::{ApiError, Problem};
 use super::mutation::{BodyRule, Mutation, json_reply, mark_replayed};
 use crate::idempotency::Completion;
 use crate::orders::input::{parse_new_order, parse_order_patch};
@@ -20,7 +20,31 @@ fn location(order: &Order) -> String {
     format!("/v1/orders/{}", order.id)
 }
 
-/// `POST /v1/orders`
+/// Creates an order.
+///
+/// Safe to retry: the first request with a key runs, and its answer is
+/// recorded with the order in one transaction; a retry with the same key and
+/// body gets that answer back (`200`, `Idempotent-Replayed: true`).
+#[utoipa::path(
+    post,
+    path = "/v1/orders",
+    operation_id = "createOrder",
+    tag = "orders",
+    params(("Idempotency-Key" = String, Header, description = "Makes the request safe to retry: 1 to 255 printable ASCII characters, not all spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and body replays the first answer; the same key with another request is a `409`. Keys are per user.", min_length = 1, max_length = 255, pattern = "^[ -~]+$")),
+    request_body(content = super::openapi::CreateOrder, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created.", body = OrderView,
+            headers(("Location" = String, description = "`/v1/orders/{id}`."))),
+        (status = 200, description = "A replay: an earlier request with this key and body created this order (shown as it is now when its ledger entry was purged).", body = OrderView,
+            headers(("Location" = String, description = "`/v1/orders/{id}`."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is not JSON or repeats a member.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still running; retry after `Retry-After` seconds.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key (`IDEMPOTENCY_IN_PROGRESS` only)."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`VALIDATION_FAILED`: the body is not an object of the documented members; `errors` lists each failing field. Not recorded: the key stays unused.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn create(
     req: HttpRequest,
     payload: web::Payload,
@@ -52,7 +76,18 @@ pub async fn create(
         .await
 }
 
-/// `GET /v1/orders/{id}`
+/// Reads one of the caller's orders.
+#[utoipa::path(
+    get,
+    path = "/v1/orders/{id}",
+    operation_id = "getOrder",
+    tag = "orders",
+    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one.")),
+    responses(
+        (status = 200, description = "The order.", body = OrderView),
+        (status = 404, description = "`NOT_FOUND`: no such order of the caller's.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(
     user: AuthUser,
     id: web::Path<String>,
@@ -71,6 +106,7 @@ pub async fn get(
 pub struct OrderPage {
     pub data: Vec<OrderView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.
+    #[schema(required = true)]
     pub next_cursor: Option<String>,
 }
 
@@ -80,7 +116,24 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
-/// `GET /v1/orders?limit=&cursor=`
+/// Lists the caller's orders, newest first.
+///
+/// Keyset-paginated: pass `next_cursor` as `cursor` for the next page;
+/// `next_cursor` is `null` on the last page.
+#[utoipa::path(
+    get,
+    path = "/v1/orders",
+    operation_id = "listOrders",
+    tag = "orders",
+    params(
+        ("limit" = Option<u8>, Query, description = "Orders per page, 1 to 100 (default 20).", minimum = 1, maximum = 100, nullable = false),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, as the server issued it.", nullable = false),
+    ),
+    responses(
+        (status = 200, description = "A page of orders.", body = OrderPage),
+        (status = 400, description = "`VALIDATION_FAILED`: `limit` is out of range, or `cursor` was not issued by this server.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(
     user: AuthUser,
     req: HttpRequest,
@@ -119,7 +172,27 @@ pub async fn list(
     }))
 }
 
-/// `PATCH /v1/orders/{id}`
+/// Changes `item`, `quantity` and/or `price` of a pending order.
+///
+/// Safe to retry with the same `Idempotency-Key`, like every mutation.
+#[utoipa::path(
+    patch,
+    path = "/v1/orders/{id}",
+    operation_id = "updateOrder",
+    tag = "orders",
+    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one."), ("Idempotency-Key" = String, Header, description = "Makes the request safe to retry: 1 to 255 printable ASCII characters, not all spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and body replays the first answer; the same key with another request is a `409`. Keys are per user.", min_length = 1, max_length = 255, pattern = "^[ -~]+$")),
+    request_body(content = super::openapi::UpdateOrder, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The order as changed.", body = OrderView, headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is not JSON or repeats a member.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json", headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 409, description = "`ORDER_NOT_PENDING`: the order is cancelled (recorded and replayed for the key). `IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still running; retry after `Retry-After` seconds.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key (`IDEMPOTENCY_IN_PROGRESS` only)."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`VALIDATION_FAILED`: the body is not an object of the documented members; `errors` lists each failing field. Not recorded: the key stays unused.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn update(
     req: HttpRequest,
     id: web::Path<String>,
@@ -141,7 +214,26 @@ pub async fn update(
         .await
 }
 
-/// `DELETE /v1/orders/{id}`
+/// Cancels an order: its `status` becomes `cancelled`.
+///
+/// Cancelling a cancelled order is a no-op that answers the order. No body
+/// is needed; one that is sent must be JSON.
+#[utoipa::path(
+    delete,
+    path = "/v1/orders/{id}",
+    operation_id = "cancelOrder",
+    tag = "orders",
+    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one."), ("Idempotency-Key" = String, Header, description = "Makes the request safe to retry: 1 to 255 printable ASCII characters, not all spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and body replays the first answer; the same key with another request is a `409`. Keys are per user.", min_length = 1, max_length = 255, pattern = "^[ -~]+$")),
+    responses(
+        (status = 200, description = "The cancelled order.", body = OrderView, headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is not JSON or repeats a member.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json", headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 409, description = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still running; retry after `Retry-After` seconds.", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key (`IDEMPOTENCY_IN_PROGRESS` only)."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn cancel(
     req: HttpRequest,
     id: web::Path<String>,

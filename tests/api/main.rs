@@ -4,3 +4,4 @@
 
 mod helpers;
 mod smoke;
+mod openapi;
