@@ -184,7 +184,6 @@ impl Ledger {
         request: LedgerRequest<'_>,
         mutation: impl FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, E>,
     ) -> Result<Outcome, LedgerError<E>> {
-        let started = Instant::now();
         let key = request.key.as_str();
         let user = request.user_id;
         let fingerprint = request.fingerprint.as_str();
@@ -192,10 +191,9 @@ impl Ledger {
             .get()
             .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
 
-        if let Some(entry) = store::find(&mut pooled.conn(), key, user).map_err(database_error)? {
-            if let Some(outcome) = decide(&entry, fingerprint) {
-                return Ok(outcome);
-            }
+        let existing = store::find(&mut pooled.conn(), key, user).map_err(database_error)?;
+        if let Some(outcome) = existing.and_then(|entry| decide(&entry, fingerprint)) {
+            return Ok(outcome);
         }
 
         let now = Utc::now();
@@ -213,12 +211,16 @@ impl Ledger {
                     .and_then(|e| decide(&e, fingerprint))
                     .unwrap_or(Outcome::InProgress));
             }
+            // The lease runs from the moment the claim is held, not from the
+            // request's start: a request that waited for a dying holder's
+            // lock still gets its whole lease.
+            let claimed_at = Instant::now();
             let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
             match completion {
                 Completion::Release(response) => Err(Abort::Release(response)),
                 Completion::Record(response) => {
                     // The fence: a holder past its lease must not commit.
-                    if started.elapsed() >= lease {
+                    if claimed_at.elapsed() >= lease {
                         return Err(Abort::LeaseExpired);
                     }
                     store::complete(conn, key, user, &response.recordable())?;
