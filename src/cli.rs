@@ -47,9 +47,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 fn serve(settings: &Settings) -> Result<(), CliError> {
     let applied = db::run_migrations(&settings.database_url)?;
     let pool = Pool::connect(&settings.database_url, &settings.pool_options())?;
-    let demo_token = create_demo_key_if_none(&pool)?;
     actix_web::rt::System::new().block_on(async move {
-        let app = Application::build(settings, pool)?;
+        let app = Application::build(settings, pool.clone())?;
+        // Only once the port is ours: a token printed by a server that then
+        // failed to start would be lost, and never offered again.
+        let demo_token = create_demo_key_if_none(&pool)?;
         tracing::info!(
             backend = ?settings.database_url.backend(),
             migrations_applied = applied,

@@ -106,13 +106,17 @@ impl fmt::Debug for DatabaseUrl {
 
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{}{}:***{}", &url[..scheme_end + 3], user, &url[at..])
-        }
+        (Some(scheme_end), Some(at)) if at > scheme_end => match url[scheme_end + 3..at].split_once(':') {
+            Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+            None => url.to_owned(),
+        },
         _ => url.to_owned(),
     }
+}
+
+/// A driver's message on one line (libpq adds hints on following lines).
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Pool and session settings.
@@ -199,7 +203,7 @@ impl Pool {
     pub fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, SetupError> {
         let connect_error = |e: diesel::ConnectionError| SetupError::Connect {
             target: redact(url.as_str()),
-            cause: e.to_string().trim().to_owned(),
+            cause: one_line(&e.to_string()),
         };
         match url.backend() {
             Backend::Sqlite => {
@@ -293,7 +297,7 @@ impl PooledConn {
 pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
     let connect_error = |e: diesel::ConnectionError| SetupError::Connect {
         target: redact(url.as_str()),
-        cause: e.to_string().trim().to_owned(),
+        cause: one_line(&e.to_string()),
     };
     let migrate_error =
         |e: Box<dyn std::error::Error + Send + Sync>| SetupError::Migrate(e.to_string());
@@ -368,7 +372,10 @@ struct PgSession {
 impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
         let lease_ms = self.lease.as_millis().max(1);
-        let lock_ms = PG_LOCK_WAIT.as_millis().min(lease_ms);
+        // Strictly below `statement_timeout`: a duplicate waiting for a held
+        // key must be told IDEMPOTENCY_IN_PROGRESS, never a 503 (with equal
+        // timeouts the statement's, started first, fires first).
+        let lock_ms = PG_LOCK_WAIT.as_millis().min(lease_ms / 2).max(1);
         conn.batch_execute(&format!(
             "SET TIME ZONE 'UTC';
              SET lock_timeout = {lock_ms};
