@@ -197,8 +197,9 @@ impl Ledger {
         }
 
         let now = Utc::now();
-        let keep = chrono::Duration::from_std(self.retention.max(self.lease))
-            .unwrap_or(chrono::Duration::MAX);
+        // Every committed entry is complete (claim and response commit
+        // together), so retention alone decides when it may go.
+        let keep = chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
         let expires_at = now
             .checked_add_signed(keep)
             .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
