@@ -2,6 +2,12 @@
 //! database (a fresh one per test), on SQLite and PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod atk;
+mod auth;
+mod bodies;
+mod expect;
 mod helpers;
-mod smoke;
+mod idempotency;
 mod openapi;
+mod orders;
+mod smoke;

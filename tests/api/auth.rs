@@ -1,0 +1,270 @@
+//! SPEC §3 authentication and isolation, and a sweep of hostile requests
+//! none of which may be answered with a 5xx.
+
+use crate::both_backends;
+use crate::expect::*;
+use crate::helpers::*;
+
+const NONEXISTENT: &str = "0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b";
+
+both_backends! {
+    fn a_missing_malformed_or_unknown_token_is_a_401_on_every_route(backend) {
+        let app = TestApp::spawn(backend);
+        let unknown = format!("Bearer oa_{}", "a".repeat(64));
+        let lowercase = format!("bearer {}", app.token);
+        let basic = format!("Basic {}", app.token);
+        let bare = app.token.clone();
+        let truncated = format!("Bearer {}", &app.token[..app.token.len() - 1]);
+        let authorizations: [Option<&str>; 7] = [
+            None,
+            Some(""),
+            Some("Bearer"),
+            Some(unknown.as_str()),
+            Some(basic.as_str()),
+            Some(bare.as_str()),
+            Some(truncated.as_str()),
+        ];
+        let body = order_body("Widget", 1, "1");
+        let routes = [
+            ("GET", "/v1/orders".to_owned()),
+            ("POST", "/v1/orders".to_owned()),
+            ("GET", format!("/v1/orders/{NONEXISTENT}")),
+            ("PATCH", format!("/v1/orders/{NONEXISTENT}")),
+            ("DELETE", format!("/v1/orders/{NONEXISTENT}")),
+            ("PUT", format!("/v1/orders/{NONEXISTENT}")),
+            ("GET", "/v1/unknown".to_owned()),
+        ];
+
+        for authorization in authorizations {
+            for (method, path) in &routes {
+                let mut headers = vec![
+                    ("Idempotency-Key", "k"),
+                    ("Content-Type", "application/json"),
+                ];
+                if let Some(value) = authorization {
+                    headers.push(("Authorization", value));
+                }
+                let response = app.request(method, path, &headers, Some(&body));
+                assert_problem(&response, 401, "UNAUTHORIZED");
+                assert_eq!(
+                    response.header("WWW-Authenticate"),
+                    Some("Bearer"),
+                    "{method} {path}"
+                );
+            }
+        }
+        let lower = app.request(
+            "GET",
+            "/v1/orders",
+            &[("Authorization", lowercase.as_str())],
+            None,
+        );
+        assert_eq!(
+            lower.status, 200,
+            "the scheme is case-insensitive: {}",
+            lower.body
+        );
+        assert_eq!(app.order_count(), 0);
+        assert_eq!(app.ledger_count(), 0);
+    }
+
+    fn a_revoked_token_is_a_401(backend) {
+        let app = TestApp::spawn(backend);
+        let token = app.create_token("carol");
+        let created = app.call_as(
+            &token,
+            "POST",
+            "/v1/orders",
+            Some("before"),
+            Some(&order_body("Widget", 1, "1")),
+        );
+        assert_eq!(created.status, 201, "{}", created.body);
+
+        let revoked =
+            orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &token).unwrap();
+        assert!(revoked);
+
+        assert_problem(
+            &app.call_as(&token, "GET", "/v1/orders", None, None),
+            401,
+            "UNAUTHORIZED",
+        );
+        let retry = app.call_as(
+            &token,
+            "POST",
+            "/v1/orders",
+            Some("before"),
+            Some(&order_body("Widget", 1, "1")),
+        );
+        assert_problem(&retry, 401, "UNAUTHORIZED");
+        assert_problem(
+            &app.call_as(
+                &token,
+                "POST",
+                "/v1/orders",
+                Some("after"),
+                Some(&order_body("Widget", 1, "1")),
+            ),
+            401,
+            "UNAUTHORIZED",
+        );
+        assert_eq!(app.order_count(), 1);
+        let others = app.call("GET", "/v1/orders", None, None);
+        assert_eq!(others.status, 200, "other keys still work");
+    }
+
+    fn another_users_order_answers_404_exactly_like_a_nonexistent_one_and_changes_nothing(backend) {
+        let app = TestApp::spawn(backend);
+        let bob = app.create_token("bob");
+        let bobs = app.call_as(
+            &bob,
+            "POST",
+            "/v1/orders",
+            Some("bobs"),
+            Some(&order_body("Bike", 1, "250.00")),
+        );
+        assert_eq!(bobs.status, 201, "{}", bobs.body);
+        let bobs_path = bobs.header("Location").expect("Location").to_owned();
+        let missing_path = format!("/v1/orders/{NONEXISTENT}");
+
+        let requests: [(&str, Option<&str>); 3] = [
+            ("GET", None),
+            ("PATCH", Some(r#"{"quantity":99,"price":0.01}"#)),
+            ("DELETE", None),
+        ];
+        for (i, (method, body)) in requests.into_iter().enumerate() {
+            let key = (method != "GET").then(|| format!("alice-{i}"));
+            let other_key = key.as_ref().map(|k| format!("{k}-missing"));
+            let foreign = app.call(method, &bobs_path, key.as_deref(), body);
+            let missing = app.call(method, &missing_path, other_key.as_deref(), body);
+
+            assert_problem(&foreign, 404, "NOT_FOUND");
+            assert_eq!(foreign.json(), missing.json(), "{method}");
+            assert_eq!(
+                foreign.header("Content-Type"),
+                missing.header("Content-Type")
+            );
+        }
+
+        assert_eq!(
+            stored_order(&app, "bob", &id_of(&bobs)),
+            Some(bobs.json()),
+            "bob's order is unchanged"
+        );
+        assert_eq!(stored_order(&app, "alice", &id_of(&bobs)), None);
+        let list = app.call("GET", "/v1/orders", None, None);
+        assert_eq!(
+            list.json()["data"],
+            serde_json::json!([]),
+            "alice lists none of bob's orders"
+        );
+        let bob_reads = app.call_as(&bob, "GET", &bobs_path, None, None);
+        assert_eq!(bob_reads.json()["status"], "pending");
+        assert_eq!(app.order_count(), 1);
+    }
+
+    fn nothing_a_client_sends_is_answered_with_a_5xx(backend) {
+        let app = TestApp::spawn(backend);
+        let created = app.post_order(Some("seed"), &order_body("Widget", 2, "9.99"));
+        let order_path = created.header("Location").expect("Location").to_owned();
+        let deep = format!("{}{}", "[".repeat(5_000), "]".repeat(5_000));
+        let deep_object = format!(
+            r#"{{"item":"W","quantity":1,"price":1,"x":{}1{}}}"#,
+            "{\"a\":".repeat(3_000),
+            "}".repeat(3_000)
+        );
+        let long_item = format!(
+            r#"{{"item":"{}","quantity":1,"price":1}}"#,
+            "x".repeat(60_000)
+        );
+        let bodies: Vec<String> = vec![
+            r#"{"item":"W","quantity":1,"price":1e999999}"#.into(),
+            r#"{"item":"W","quantity":1,"price":-1e999999}"#.into(),
+            r#"{"item":"W","quantity":1e999999,"price":1}"#.into(),
+            r#"{"item":"W","quantity":99999999999999999999999999999999999999999,"price":1}"#.into(),
+            r#"{"item":"W","quantity":1,"price":0.000000000000000000000000000000000000001}"#.into(),
+            r#"{"item":"W","quantity":1,"price":100000000000000000000000000000000000000000.00}"#
+                .into(),
+            r#"{"item":"\ud800","quantity":1,"price":1}"#.into(),
+            r#"{"item":"\u0000","quantity":1,"price":1}"#.into(),
+            r#"{"item":"W","quantity":1,"price":1,"":null}"#.into(),
+            "\u{feff}{\"item\":\"W\",\"quantity\":1,\"price\":1}".into(),
+            deep,
+            deep_object,
+            long_item,
+            "null".into(),
+            "".into(),
+        ];
+
+        let mut answers = Vec::new();
+        for (i, body) in bodies.iter().enumerate() {
+            answers.push(app.post_order(Some(&format!("odd-{i}")), body));
+            answers.push(app.call(
+                "PATCH",
+                &order_path,
+                Some(&format!("odd-patch-{i}")),
+                Some(body),
+            ));
+        }
+        for path in [
+            "/v1/orders/%00",
+            "/v1/orders/..%2F..%2Fetc%2Fpasswd",
+            "/v1/orders/0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b/extra",
+            "/v1/orders?limit=1&limit=2",
+            "/v1/orders?cursor=ffffffffffffffff",
+            "/v1/orders?cursor=7fffffffffffffff",
+            "/v1/orders?%zz",
+        ] {
+            answers.push(app.call("GET", path, None, None));
+        }
+        let long_id = format!("/v1/orders/{}", "9".repeat(8_000));
+        answers.push(app.call("GET", &long_id, None, None));
+        answers.push(app.call("DELETE", &long_id, Some("odd-long"), None));
+        for method in ["HEAD", "OPTIONS", "TRACE"] {
+            answers.push(app.call(method, "/v1/orders", Some("odd-method"), None));
+        }
+        for method in ["PROPFIND", "PURGE", "BREW"] {
+            let head = format!(
+                "{method} {order_path} HTTP/1.1\r\nAuthorization: Bearer {}\r\nIdempotency-Key: odd",
+                app.token
+            );
+            let answer = raw_request(&app, head.as_bytes(), b"");
+            assert!(
+                answer.status < 500,
+                "{method}: {} {}",
+                answer.status,
+                answer.body
+            );
+        }
+
+        for answer in &answers {
+            assert!(answer.status < 500, "{} {}", answer.status, answer.body);
+            if answer.status >= 400 && !answer.body.is_empty() {
+                assert_eq!(
+                    answer.header("Content-Type"),
+                    Some(PROBLEM_JSON),
+                    "{}",
+                    answer.body
+                );
+            }
+        }
+        let not_utf8 = raw_request(
+            &app,
+            format!("POST /v1/orders HTTP/1.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nIdempotency-Key: bytes", app.token).as_bytes(),
+            b"{\"item\":\"\xff\xfe\",\"quantity\":1,\"price\":1}",
+        );
+        assert_eq!(not_utf8.status, 400, "{}", not_utf8.body);
+        assert!(
+            not_utf8.body.contains("MALFORMED_JSON"),
+            "{}",
+            not_utf8.body
+        );
+
+        assert_eq!(
+            stored_order(&app, "alice", &id_of(&created)),
+            Some(created.json()),
+            "no odd request changed the order"
+        );
+        assert_eq!(app.order_count(), 1);
+    }
+}
