@@ -4,6 +4,9 @@
 #   scripts/pg-cluster.sh start DIR   # prints the admin URL on stdout
 #   scripts/pg-cluster.sh stop DIR
 #
+# `start` on a DIR whose cluster was stopped starts it again on the same data
+# and the same port, so that clients reconnect by themselves (outage tests).
+#
 # PostgreSQL refuses to run as root, so as root the server runs as the
 # `postgres` user. The cluster listens on 127.0.0.1 only, on a free port,
 # with trust authentication: it is for tests, never for data.
@@ -31,8 +34,12 @@ case "$cmd" in
   start)
     mkdir -p "$dir"
     [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    as_owner "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1
+    if [ -f "$dir/data/PG_VERSION" ] && [ -f "$dir/port" ]; then
+      port=$(cat "$dir/port")
+    else
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      as_owner "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1
+    fi
     as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
       start >&2

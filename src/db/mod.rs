@@ -332,9 +332,13 @@ pub fn migrations_applied(conn: &mut Conn<'_>) -> Result<bool, DieselError> {
         Conn::Sqlite(c) => MigrationHarness::has_pending_migration(*c, SQLITE_MIGRATIONS),
         Conn::Postgres(c) => MigrationHarness::has_pending_migration(*c, PG_MIGRATIONS),
     };
-    pending
-        .map(|pending| !pending)
-        .map_err(|e| DieselError::QueryBuilderError(e.to_string().into()))
+    // Keep the driver's own error when there is one: a connection lost in
+    // an outage must classify as unavailable (503), not as a defect (500).
+    pending.map(|pending| !pending).map_err(|e| {
+        e.downcast::<DieselError>()
+            .map(|e| *e)
+            .unwrap_or_else(|e| DieselError::QueryBuilderError(e.to_string().into()))
+    })
 }
 
 /// Per-connection SQLite settings. `busy_timeout` comes first so that the

@@ -5,9 +5,15 @@
 mod atk;
 mod auth;
 mod bodies;
+mod crash;
 mod expect;
 mod helpers;
 mod idempotency;
+mod lease;
+mod multiprocess;
 mod openapi;
 mod orders;
+mod outage;
+mod process;
+mod race;
 mod smoke;

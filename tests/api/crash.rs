@@ -1,0 +1,341 @@
+//! `kill -9` under load, then a restart on the same database (SPEC §4, race
+//! guarantee: "an order whose 201 reached the client is never lost, also
+//! across a kill -9 and restart"; and "a claim whose holder died … the next
+//! request with that key takes it over and runs").
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use orders_api::db::{Backend, Pool};
+
+use crate::both_backends;
+use crate::helpers::*;
+use crate::process::{
+    Client, ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
+};
+
+const CLIENTS: usize = 8;
+const KEYS_PER_CLIENT: usize = 40;
+/// The kill comes once this many creates were answered, with the clients
+/// still sending.
+const KILL_AFTER_ANSWERS: usize = 60;
+/// How often one key is tried after the restart before it counts as stuck.
+const MAX_ATTEMPTS: usize = 20;
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What one key's first request came to before the kill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BeforeKill {
+    /// `201` reached the client, with this order id.
+    Created(String),
+    /// Sent before the kill; the connection died without an answer.
+    Cut,
+    /// Never sent: the process was already dead.
+    NotSent,
+}
+
+#[derive(Debug)]
+struct KeyRecord {
+    key: String,
+    body: String,
+    before_kill: BeforeKill,
+}
+
+/// A server killed under load and started again on the same database.
+struct Crashed {
+    records: Vec<KeyRecord>,
+    client: Client,
+    pool: Pool,
+    server: ServerProcess,
+    // Dropped last: the database outlives the server.
+    _db: TestDb,
+}
+
+/// Starts the binary, sends creates with distinct keys from `CLIENTS`
+/// threads, kills the process with SIGKILL while they are in flight, and
+/// starts it again with `restart_args`.
+fn kill_under_load(backend: Backend, restart_args: &[&str]) -> Crashed {
+    let db = TestDb::fresh(backend);
+    let pool = prepare(&db.url);
+    let token = create_token(&pool, "alice");
+    let mut server = ServerProcess::start(&db.url, &[]);
+    let address = server.address();
+
+    let answered = AtomicUsize::new(0);
+    let killed = AtomicBool::new(false);
+    let records: Vec<KeyRecord> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let (answered, killed, address, token) = (&answered, &killed, &address, &token);
+                s.spawn(move || {
+                    let client = Client::new(address, token, CLIENT_TIMEOUT);
+                    (0..KEYS_PER_CLIENT)
+                        .map(|k| {
+                            let key = format!("crash-{c}-{k}");
+                            let body =
+                                order_body(&format!("Item {c}-{k}"), (k % 9 + 1) as i64, "1.25");
+                            let before_kill = if killed.load(Ordering::SeqCst) {
+                                BeforeKill::NotSent
+                            } else {
+                                match client.post_order(&key, &body) {
+                                    Ok(r) => {
+                                        assert_eq!(
+                                            r.status, 201,
+                                            "before the kill, {key} got {}",
+                                            r.body
+                                        );
+                                        answered.fetch_add(1, Ordering::SeqCst);
+                                        BeforeKill::Created(
+                                            r.json()["id"].as_str().expect("order id").to_owned(),
+                                        )
+                                    }
+                                    // Sent before the kill (nothing is sent after it).
+                                    Err(_) => BeforeKill::Cut,
+                                }
+                            };
+                            KeyRecord {
+                                key,
+                                body,
+                                before_kill,
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while answered.load(Ordering::SeqCst) < KILL_AFTER_ANSWERS {
+            assert!(
+                Instant::now() < deadline,
+                "the load never got going:\n{}",
+                server.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        killed.store(true, Ordering::SeqCst);
+        server.kill();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().expect("client thread"))
+            .collect()
+    });
+
+    let count =
+        |state: fn(&BeforeKill) -> bool| records.iter().filter(|r| state(&r.before_kill)).count();
+    let cut = count(|b| *b == BeforeKill::Cut);
+    eprintln!(
+        "before the kill: {} created, {cut} cut in flight, {} never sent",
+        count(|b| matches!(b, BeforeKill::Created(_))),
+        count(|b| *b == BeforeKill::NotSent),
+    );
+    assert!(
+        cut >= 1,
+        "the kill must catch requests in flight for this test to mean anything"
+    );
+
+    server.restart(restart_args);
+    let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
+    Crashed {
+        records,
+        client,
+        pool,
+        server,
+        _db: db,
+    }
+}
+
+/// The final answer to one key and how many attempts it took. `409
+/// IDEMPOTENCY_IN_PROGRESS`, `503` and transport errors are retried (a
+/// bounded number of times); anything else is the answer.
+fn retry_until_answered(crashed: &Crashed, record: &KeyRecord) -> (TestResponse, usize) {
+    for attempt in 1..=MAX_ATTEMPTS {
+        match crashed.client.post_order(&record.key, &record.body) {
+            Ok(r) if r.status == 409 && r.error_code() == "IDEMPOTENCY_IN_PROGRESS" => {}
+            Ok(r) if r.status == 503 => {}
+            Ok(r) => return (r, attempt),
+            Err(e) => eprintln!("{}: attempt {attempt} failed: {e}", record.key),
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!(
+        "{} is stuck: no answer after {MAX_ATTEMPTS} attempts",
+        record.key
+    );
+}
+
+/// Every key ends with exactly one order, the one its answer names; a key
+/// whose `201` reached the client before the kill replays that same order.
+fn assert_one_order_per_key(crashed: &Crashed, answers: &[TestResponse]) {
+    for (record, answer) in crashed.records.iter().zip(answers) {
+        let id = answer.json()["id"].as_str().expect("order id").to_owned();
+        match &record.before_kill {
+            BeforeKill::Created(before) => {
+                assert_eq!(answer.status, 200, "{}: {}", record.key, answer.body);
+                assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+                assert_eq!(
+                    &id, before,
+                    "{}: the order answered before the kill was lost",
+                    record.key
+                );
+            }
+            BeforeKill::NotSent => {
+                assert_eq!(answer.status, 201, "{}: {}", record.key, answer.body)
+            }
+            // Rolled back with the process (201 now), or committed with its
+            // answer lost on the way (a replay now).
+            BeforeKill::Cut => match answer.status {
+                201 => assert_eq!(answer.header("Idempotent-Replayed"), None),
+                200 => assert_eq!(answer.header("Idempotent-Replayed"), Some("true")),
+                other => panic!(
+                    "{}: a cut request's retry got {other}: {}",
+                    record.key, answer.body
+                ),
+            },
+        }
+        assert_eq!(
+            order_id_for_key(&crashed.pool, "alice", &record.key),
+            Some(id),
+            "{}",
+            record.key
+        );
+    }
+    let keys = crashed.records.len() as i64;
+    assert_eq!(
+        order_count(&crashed.pool),
+        keys,
+        "exactly one order per key"
+    );
+    assert_eq!(
+        ledger_count(&crashed.pool),
+        keys,
+        "exactly one ledger entry per key"
+    );
+}
+
+both_backends! {
+    fn a_kill_9_under_load_loses_no_answered_order_and_leaves_one_order_per_key(backend) {
+        let mut crashed = kill_under_load(backend, &[]);
+
+        let answers: Vec<TestResponse> = crashed
+            .records
+            .iter()
+            .map(|record| retry_until_answered(&crashed, record).0)
+            .collect();
+
+        assert_one_order_per_key(&crashed, &answers);
+        assert!(crashed.server.is_alive());
+    }
+
+    fn a_killed_requests_claim_is_taken_over_after_the_lease(backend) {
+        // With the claim in the mutation's transaction, a killed holder's
+        // claim vanishes with its transaction: after the restart (lease 1 s)
+        // the very first retry of every key runs or replays; none waits.
+        let crashed = kill_under_load(backend, &["--lease-secs", "1"]);
+
+        let answers: Vec<TestResponse> = crashed
+            .records
+            .iter()
+            .map(|record| {
+                let answer = crashed
+                    .client
+                    .post_order(&record.key, &record.body)
+                    .unwrap_or_else(|e| panic!("{}: no answer after the restart: {e}", record.key));
+                assert!(
+                    answer.status == 201 || answer.status == 200,
+                    "{}: the first retry after the restart got {}: {}",
+                    record.key, answer.status, answer.body
+                );
+                answer
+            })
+            .collect();
+
+        assert_one_order_per_key(&crashed, &answers);
+    }
+}
+
+/// The deterministic form of the takeover, on PostgreSQL: the request is
+/// killed while it certainly holds its claim (its transaction is blocked on
+/// a row the test holds, after the claim was inserted). The claim vanishes
+/// with the killed transaction; after the restart the key runs at once.
+#[test]
+fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
+    use diesel::{Connection, PgConnection, RunQueryDsl, connection::SimpleConnection};
+
+    if !postgres_available() {
+        return;
+    }
+    let db = TestDb::fresh(Backend::Postgres);
+    let pool = prepare(&db.url);
+    let token = create_token(&pool, "alice");
+    let mut server = ServerProcess::start(&db.url, &[]);
+    let body = order_body("Widget", 2, "9.99");
+
+    // An uncommitted order with the same (user, key): the server's insert
+    // into `orders` waits for it, inside the transaction that holds the claim.
+    let mut blocker = PgConnection::establish(db.url.as_str()).expect("connect");
+    blocker
+        .batch_execute(
+            "BEGIN; INSERT INTO orders (id, user_id, item, quantity, price_cents, status, \
+             idempotency_key, request_fingerprint, created_at, updated_at) VALUES \
+             (gen_random_uuid(), 'alice', 'Blocker', 1, 100, 'pending', 'killed-holder', 'x', now(), now());",
+        )
+        .expect("hold the row");
+    let sessions_where = |condition: &str| -> i64 {
+        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND {condition})"
+        )))
+        .get_result(&mut PgConnection::establish(db.url.as_str()).expect("connect"))
+        .expect("read pg_stat_activity")
+    };
+
+    let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
+    let cut = std::thread::scope(|s| {
+        let request = s.spawn(|| client.post_order("killed-holder", &body));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sessions_where("wait_event_type = 'Lock'") == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the request never blocked on the held row"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server.kill();
+        request.join().expect("client thread")
+    });
+    assert!(
+        cut.is_err(),
+        "the request was killed before it could answer: {cut:?}"
+    );
+    blocker.batch_execute("ROLLBACK").expect("release the row");
+
+    // The killed holder's transaction ends by itself: nothing waits a lease.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sessions_where("xact_start IS NOT NULL") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the killed holder's transaction never ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        (order_count(&pool), ledger_count(&pool)),
+        (0, 0),
+        "the killed claim committed nothing"
+    );
+
+    server.restart(&["--lease-secs", "1"]);
+    let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
+    let retry = client
+        .post_order("killed-holder", &body)
+        .expect("an answer after the restart");
+    assert_eq!(
+        retry.status, 201,
+        "the retry must run at once: {}",
+        retry.body
+    );
+    let id = retry.json()["id"].as_str().expect("order id").to_owned();
+    assert_eq!(order_id_for_key(&pool, "alice", "killed-holder"), Some(id));
+    assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
+}

@@ -1,0 +1,292 @@
+//! The lease and the in-progress answer, driven at the ledger's own level
+//! (`Ledger::execute` against the test database): a holder past its lease
+//! records nothing, a failed mutation frees its key, a concurrent request
+//! waits or is told `IDEMPOTENCY_IN_PROGRESS`, and a hung holder is taken
+//! over without ever committing afterwards.
+
+use std::cell::Cell;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use actix_web::http::StatusCode;
+use orders_api::db::{self, Pool, PoolOptions};
+use orders_api::http::mutation::json_reply;
+use orders_api::idempotency::{
+    ClaimedTx, Completion, Fingerprint, IdempotencyKey, Ledger, LedgerError, LedgerRequest,
+    Outcome, RecordedResponse,
+};
+use orders_api::orders::input::parse_new_order;
+use orders_api::orders::{self, Created};
+use serde_json::Value;
+
+use crate::both_backends;
+use crate::helpers::*;
+use crate::process::{ledger_count, order_count, order_id_for_key};
+use crate::race::assert_in_progress;
+
+const USER: &str = "alice";
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The error a test mutation fails with (a 5xx, for the HTTP layer).
+#[derive(Debug, PartialEq, Eq)]
+struct Failed;
+
+/// A `POST /v1/orders` as the ledger sees it.
+struct CreateRequest {
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    json: Value,
+    body: String,
+}
+
+impl CreateRequest {
+    fn new(key: &str, body: &str) -> Self {
+        let json: Value = serde_json::from_str(body).expect("JSON body");
+        Self {
+            key: IdempotencyKey::parse(key.as_bytes()).expect("a valid key"),
+            // What the server computes for the same request.
+            fingerprint: Fingerprint::of("POST", "/v1/orders", body.as_bytes(), Some(&json)),
+            json,
+            body: body.to_owned(),
+        }
+    }
+
+    fn ledger(&self) -> LedgerRequest<'_> {
+        LedgerRequest {
+            user_id: USER,
+            key: &self.key,
+            fingerprint: &self.fingerprint,
+        }
+    }
+
+    /// What the create route does inside its claim: insert, answer 201.
+    fn run(&self, tx: &mut ClaimedTx<'_, '_>) -> RecordedResponse {
+        let new = parse_new_order(&self.json).expect("a valid order");
+        match orders::create(tx, USER, &self.key, &self.fingerprint, new).expect("insert order") {
+            Created::New(order) => json_reply(
+                StatusCode::CREATED,
+                &order.view(),
+                Some(format!("/v1/orders/{}", order.id)),
+            ),
+            other => panic!("expected a new order, got {other:?}"),
+        }
+    }
+}
+
+/// A migrated database's pool whose PostgreSQL sessions enforce `lease`.
+fn pool(db: &TestDb, lease: Duration) -> Pool {
+    db::run_migrations(&db.url).expect("migrations");
+    Pool::connect(
+        &db.url,
+        &PoolOptions {
+            max_size: 4,
+            connection_timeout: Duration::from_secs(10),
+            lease,
+        },
+    )
+    .expect("pool")
+}
+
+fn order_id_in(response: &RecordedResponse) -> String {
+    let json: Value = serde_json::from_slice(&response.body).expect("JSON body");
+    json["id"].as_str().expect("order id").to_owned()
+}
+
+fn header<'r>(response: &'r RecordedResponse, name: &str) -> Option<&'r str> {
+    response
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+both_backends! {
+    fn a_mutation_that_outlives_its_lease_is_refused_and_records_nothing(backend) {
+        let db = TestDb::fresh(backend);
+        let pool = pool(&db, Duration::from_secs(30));
+        let ledger = Ledger { retention: DAY, lease: Duration::from_secs(1) };
+        let request = CreateRequest::new("slow-holder", &order_body("Widget", 2, "9.99"));
+
+        let slow = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+            let response = request.run(tx);
+            std::thread::sleep(Duration::from_millis(1_200));
+            Ok(Completion::Record(response))
+        });
+
+        assert!(matches!(slow, Err(LedgerError::LeaseExpired)), "{slow:?}");
+        assert_eq!(order_count(&pool), 0, "the late holder's order was rolled back");
+        assert_eq!(ledger_count(&pool), 0, "the late holder recorded nothing");
+
+        // The key is free: the next request with it runs.
+        let runs = Cell::new(0);
+        let next = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+            runs.set(runs.get() + 1);
+            Ok(Completion::Record(request.run(tx)))
+        });
+        let Ok(Outcome::Executed(response)) = next else { panic!("the retry did not run: {next:?}") };
+        assert_eq!(response.status, 201);
+        assert_eq!(order_id_for_key(&pool, USER, "slow-holder"), Some(order_id_in(&response)));
+
+        // And it is recorded: one more request replays without running.
+        let replay = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+            runs.set(runs.get() + 1);
+            Ok(Completion::Record(request.run(tx)))
+        });
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(response)));
+        assert_eq!(runs.get(), 1);
+        assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
+    }
+
+    fn a_mutation_that_fails_records_nothing_and_frees_its_key(backend) {
+        let db = TestDb::fresh(backend);
+        let pool = pool(&db, Duration::from_secs(30));
+        let ledger = Ledger { retention: DAY, lease: Duration::from_secs(30) };
+        let request = CreateRequest::new("failing", &order_body("Widget", 2, "9.99"));
+
+        let failed = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+            // The business change happens, then the mutation fails.
+            request.run(tx);
+            Err(Failed)
+        });
+
+        assert!(matches!(failed, Err(LedgerError::Operation(Failed))), "{failed:?}");
+        assert_eq!(order_count(&pool), 0, "the failed mutation's change was rolled back");
+        assert_eq!(ledger_count(&pool), 0, "a failure is never recorded");
+
+        let retry = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+            Ok(Completion::Record(request.run(tx)))
+        });
+        let Ok(Outcome::Executed(response)) = retry else { panic!("the retry did not run: {retry:?}") };
+        assert_eq!(response.status, 201);
+        assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
+    }
+}
+
+/// SPEC §4: "same key while the first is still running → 409
+/// IDEMPOTENCY_IN_PROGRESS with Retry-After", then the holder's answer is
+/// replayed. PostgreSQL only: there a duplicate waits on the claim's row
+/// lock and gives up after `lock_timeout`; SQLite serialises whole writers.
+#[test]
+fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_holders_answer() {
+    if !postgres_available() {
+        return;
+    }
+    let app = TestApp::spawn(orders_api::db::Backend::Postgres);
+    let ledger = app.settings.ledger();
+    let body = order_body("Widget", 2, "9.99");
+    let request = CreateRequest::new("held-key", &body);
+
+    let held = std::thread::scope(|s| {
+        let (claimed, on_claimed) = mpsc::channel();
+        let (release, on_release) = mpsc::channel::<()>();
+        let (pool, request) = (&app.pool, &request);
+        let holder = s.spawn(move || {
+            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+                let response = request.run(tx);
+                claimed.send(()).expect("report the claim");
+                // Dropped (a panic below) or sent: either way, finish.
+                let _ = on_release.recv_timeout(Duration::from_secs(60));
+                Ok(Completion::Record(response))
+            })
+        });
+        on_claimed
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the holder claimed the key");
+
+        let waiting = app.post_order(Some("held-key"), &request.body);
+        assert_in_progress(&waiting);
+        assert_eq!(app.order_count(), 0, "the waiting request created nothing");
+
+        release.send(()).expect("release the holder");
+        holder.join().expect("holder thread")
+    });
+
+    let Ok(Outcome::Executed(original)) = held else {
+        panic!("the holder did not run: {held:?}")
+    };
+    let replay = app.post_order(Some("held-key"), &body);
+    assert_eq!(replay.status, 200, "{}", replay.body);
+    assert_eq!(replay.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(replay.body.as_bytes(), original.body.as_slice());
+    assert_eq!(replay.header("Location"), header(&original, "location"));
+    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+}
+
+/// SPEC §4: a holder that hangs past its lease loses its claim, the next
+/// request takes the key over and runs, and the hung holder can never commit
+/// afterwards: one execution in all. PostgreSQL only: the server ends a
+/// session idle in its transaction for longer than the lease, which releases
+/// the claim while the holder still hangs.
+#[test]
+fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
+    if !postgres_available() {
+        return;
+    }
+    let lease = Duration::from_secs(1);
+    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+    let pool = pool(&db, lease);
+    let ledger = Ledger {
+        retention: DAY,
+        lease,
+    };
+    let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
+
+    let (hung, taken_over, in_progress) = std::thread::scope(|s| {
+        let (claimed, on_claimed) = mpsc::channel();
+        let (release, on_release) = mpsc::channel::<()>();
+        let (pool, request) = (&pool, &request);
+        let holder = s.spawn(move || {
+            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+                let response = request.run(tx);
+                claimed.send(()).expect("report the claim");
+                let _ = on_release.recv_timeout(Duration::from_secs(60));
+                Ok(Completion::Record(response))
+            })
+        });
+        on_claimed
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the holder claimed the key");
+
+        // The holder hangs until the takeover is done.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut in_progress = 0;
+        let taken_over = loop {
+            assert!(Instant::now() < deadline, "the key was never taken over");
+            match ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+                Ok(Completion::Record(request.run(tx)))
+            }) {
+                Ok(Outcome::InProgress) => {
+                    in_progress += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Ok(Outcome::Executed(response)) => break response,
+                other => panic!("a request waiting for a held key got {other:?}"),
+            }
+        };
+        release.send(()).expect("release the holder");
+        (
+            holder.join().expect("holder thread"),
+            taken_over,
+            in_progress,
+        )
+    });
+
+    eprintln!("answered in progress {in_progress} time(s) before the takeover");
+    assert!(
+        matches!(
+            hung,
+            Err(LedgerError::LeaseExpired | LedgerError::Unavailable(_))
+        ),
+        "the hung holder must not succeed after a takeover: {hung:?}"
+    );
+    assert_eq!(order_count(&pool), 1, "one execution in all");
+    assert_eq!(ledger_count(&pool), 1);
+    assert_eq!(
+        order_id_for_key(&pool, USER, "hung-holder"),
+        Some(order_id_in(&taken_over))
+    );
+    let replay = ledger.execute(&pool, request.ledger(), |_| -> Result<Completion, Failed> {
+        panic!("a recorded key must not run again")
+    });
+    assert_eq!(replay.ok(), Some(Outcome::Replayed(taken_over)));
+}

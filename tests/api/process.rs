@@ -1,0 +1,313 @@
+//! The real binary as a child process: `orders-api serve` on a free
+//! 127.0.0.1 port against a given database, killed with SIGKILL, started
+//! again on the same database. Also a client that reports a cut connection
+//! instead of panicking, and direct access to the stored orders.
+
+#![allow(dead_code)] // each test module uses a different part
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use orders_api::db::{self, Backend, DatabaseUrl, Pool, PoolOptions};
+
+use crate::helpers::TestResponse;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_orders-api");
+/// How long a start (migrations included) may take before the test fails.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// How many times a start is tried on another port when the port was taken.
+const START_ATTEMPTS: usize = 5;
+
+/// A running `orders-api serve` process. Killed when dropped.
+pub struct ServerProcess {
+    database_url: String,
+    args: Vec<String>,
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts the binary against `url` with the extra flags `args`, and waits
+    /// until `/healthz` answers.
+    pub fn start(url: &DatabaseUrl, args: &[&str]) -> Self {
+        let log =
+            std::env::temp_dir().join(format!("orders-api-{}.log", uuid::Uuid::new_v4().simple()));
+        let mut server = Self {
+            database_url: url_argument(url),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            port: free_port(),
+            child: None,
+            log,
+        };
+        server.spawn();
+        server
+    }
+
+    pub fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `kill -9`: the process gets no chance to finish anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the process again on the same database (and port, when it is
+    /// still free) with the extra flags `args` instead of the first ones.
+    pub fn restart(&mut self, args: &[&str]) {
+        self.kill();
+        self.args = args.iter().map(|a| (*a).to_owned()).collect();
+        self.spawn();
+    }
+
+    /// Whether the process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The last lines the process wrote, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = File::open(&self.log) {
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let _ = file.seek(SeekFrom::Start(len.saturating_sub(4_000)));
+            let _ = file.read_to_string(&mut text);
+        }
+        text
+    }
+
+    fn spawn(&mut self) {
+        for _ in 0..START_ATTEMPTS {
+            let log = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log)
+                .expect("open the server log");
+            let mut child = Command::new(BINARY)
+                .arg("serve")
+                .args(["--database-url", &self.database_url])
+                .args(["--bind", &format!("127.0.0.1:{}", self.port)])
+                .args(["--workers", "2"])
+                .args(&self.args)
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("clone the log handle"))
+                .stderr(log)
+                .spawn()
+                .expect("start orders-api");
+            match wait_until_healthy(&mut child, self.port) {
+                Ok(()) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(exit) if self.log_tail().contains("cannot listen") => {
+                    eprintln!("port {} was taken ({exit}); trying another", self.port);
+                    self.port = free_port();
+                }
+                Err(exit) => panic!("orders-api did not start ({exit}):\n{}", self.log_tail()),
+            }
+        }
+        panic!("orders-api found no free port:\n{}", self.log_tail());
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- orders-api log (port {}) ---\n{}",
+                self.port,
+                self.log_tail()
+            );
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Polls `/healthz` until it answers 200; `Err` when the process exited.
+fn wait_until_healthy(child: &mut Child, port: u16) -> Result<(), String> {
+    let agent = agent(Duration::from_secs(2));
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let deadline = Instant::now() + START_DEADLINE;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited with {status}"));
+        }
+        if try_send(&agent, "GET", &url, &[], None).is_ok_and(|r| r.status == 200) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!("no answer on /healthz within {START_DEADLINE:?}"))
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The `--database-url` value that names `url`.
+pub fn url_argument(url: &DatabaseUrl) -> String {
+    match url.backend() {
+        Backend::Sqlite => format!("sqlite://{}", url.as_str()),
+        Backend::Postgres => url.as_str().to_owned(),
+    }
+}
+
+/// Applies the migrations and opens a small pool of the test's own, for
+/// preparing the database (tokens) and asserting on what it stores.
+pub fn prepare(url: &DatabaseUrl) -> Pool {
+    db::run_migrations(url).expect("migrations");
+    Pool::connect(
+        url,
+        &PoolOptions {
+            max_size: 2,
+            connection_timeout: Duration::from_secs(10),
+            lease: Duration::from_secs(30),
+        },
+    )
+    .expect("pool")
+}
+
+/// A new API key for `user_id`, written straight into the database.
+pub fn create_token(pool: &Pool, user_id: &str) -> String {
+    let mut pooled = pool.get().expect("connection");
+    orders_api::auth::create(&mut pooled.conn(), user_id).expect("create key")
+}
+
+/// The id of the order `user_id` created with `key`, if any.
+pub fn order_id_for_key(pool: &Pool, user_id: &str, key: &str) -> Option<String> {
+    let mut pooled = pool.get().expect("connection");
+    orders_api::orders::store::find_by_key(&mut pooled.conn(), user_id, key)
+        .expect("find order by key")
+        .map(|row| row.id.to_string())
+}
+
+pub fn order_count(pool: &Pool) -> i64 {
+    let mut pooled = pool.get().expect("connection");
+    orders_api::orders::store::count(&mut pooled.conn()).expect("count orders")
+}
+
+pub fn ledger_count(pool: &Pool) -> i64 {
+    let mut pooled = pool.get().expect("connection");
+    orders_api::idempotency::store::count(&mut pooled.conn()).expect("count ledger rows")
+}
+
+/// An HTTP client whose every request gives up after `timeout`, and that
+/// hands every status back instead of failing on 4xx/5xx.
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
+/// One request; `Err` when no whole answer arrived (refused, cut, timed out).
+pub fn try_send(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<TestResponse, ureq::Error> {
+    let mut builder = ureq::http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder
+        .body(body.unwrap_or("").as_bytes().to_vec())
+        .expect("request");
+    let mut response = agent.run(request)?;
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                v.to_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let body = response.body_mut().read_to_string()?;
+    Ok(TestResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// A client of one server process, as user `token` owns.
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    pub fn new(address: &str, token: &str, timeout: Duration) -> Self {
+        Self {
+            agent: agent(timeout),
+            base: address.to_owned(),
+            token: token.to_owned(),
+        }
+    }
+
+    /// A request with the bearer token, JSON when there is a body, and
+    /// `key` as the `Idempotency-Key`.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+    ) -> Result<TestResponse, ureq::Error> {
+        let auth = format!("Bearer {}", self.token);
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if let Some(key) = key {
+            headers.push(("Idempotency-Key", key));
+        }
+        if body.is_some() {
+            headers.push(("Content-Type", "application/json"));
+        }
+        try_send(
+            &self.agent,
+            method,
+            &format!("{}{path}", self.base),
+            &headers,
+            body,
+        )
+    }
+
+    pub fn post_order(&self, key: &str, body: &str) -> Result<TestResponse, ureq::Error> {
+        self.call("POST", "/v1/orders", Some(key), Some(body))
+    }
+
+    pub fn get(&self, path: &str) -> Result<TestResponse, ureq::Error> {
+        try_send(
+            &self.agent,
+            "GET",
+            &format!("{}{path}", self.base),
+            &[],
+            None,
+        )
+    }
+}
