@@ -57,9 +57,12 @@ impl Application {
                 .app_data(state.clone())
                 .configure(http::routes)
                 .wrap(http::cors(&origins))
+                .wrap(http::error::problem_for_every_error())
                 .wrap(from_fn(telemetry::observe))
         })
-        .shutdown_timeout(SHUTDOWN_GRACE);
+        .shutdown_timeout(SHUTDOWN_GRACE)
+        // Ours instead of actix's, whose SIGINT stops at once: see `stop_on_signal`.
+        .disable_signals();
         if let Some(workers) = settings.workers {
             server = server.workers(usize::from(workers));
         }
@@ -85,10 +88,42 @@ impl Application {
     /// purging expired ledger entries in the background meanwhile.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let purge = actix_web::rt::spawn(purge_periodically(self.pool, self.purge_interval));
+        let signals = actix_web::rt::spawn(stop_on_signal(self.server.handle()));
         let result = self.server.await;
+        signals.abort();
         purge.abort();
         result
     }
+}
+
+/// SIGTERM and SIGINT both stop the server gracefully: it stops accepting
+/// connections at once, lets in-flight requests finish (and commit) for up
+/// to [`SHUTDOWN_GRACE`] seconds, then exits. A second signal stops at once.
+async fn stop_on_signal(server: ServerHandle) {
+    use actix_web::rt::signal::unix::{SignalKind, signal};
+    use futures_util::future::{Either, select};
+
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for SIGTERM/SIGINT; stop the process with SIGKILL");
+        return;
+    };
+    let name = match select(Box::pin(term.recv()), Box::pin(int.recv())).await {
+        Either::Left(_) => "SIGTERM",
+        Either::Right(_) => "SIGINT",
+    };
+    tracing::info!(
+        signal = name,
+        grace_secs = SHUTDOWN_GRACE,
+        "shutting down: finishing in-flight requests"
+    );
+    let graceful = actix_web::rt::spawn(server.stop(true));
+    let _ = select(Box::pin(term.recv()), Box::pin(int.recv())).await;
+    tracing::warn!("second signal: stopping now");
+    graceful.abort();
+    server.stop(false).await;
 }
 
 async fn purge_periodically(pool: Pool, every: Duration) {

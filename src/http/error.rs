@@ -2,8 +2,10 @@
 //! details with a stable machine code in `error`. 5xx bodies never carry the
 //! cause: it goes to the log only.
 
+use actix_web::dev::ServiceResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
@@ -44,6 +46,10 @@ pub enum ApiError {
     KeyReused,
     #[error("a request with this Idempotency-Key is still being processed")]
     InProgress,
+    /// An error answered by the framework or a middleware before any of
+    /// our handlers ran (e.g. a CORS preflight from an origin not allowed).
+    #[error("{1}")]
+    Refused(StatusCode, &'static str),
     /// The cause is logged, never sent.
     #[error("the service is temporarily unavailable")]
     Unavailable(String),
@@ -88,6 +94,15 @@ impl ApiError {
             ApiError::OrderNotPending => "ORDER_NOT_PENDING",
             ApiError::KeyReused => "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD",
             ApiError::InProgress => "IDEMPOTENCY_IN_PROGRESS",
+            ApiError::Refused(status, _) => match status.as_u16() {
+                404 => "NOT_FOUND",
+                405 => "METHOD_NOT_ALLOWED",
+                413 => "PAYLOAD_TOO_LARGE",
+                415 => "UNSUPPORTED_MEDIA_TYPE",
+                503 => "SERVICE_UNAVAILABLE",
+                500..=599 => "INTERNAL_ERROR",
+                _ => "BAD_REQUEST",
+            },
             ApiError::Unavailable(_) => "SERVICE_UNAVAILABLE",
             ApiError::Internal(_) => "INTERNAL_ERROR",
         }
@@ -106,6 +121,7 @@ impl ApiError {
             ApiError::OrderNotPending => "Order not pending",
             ApiError::KeyReused => "Idempotency-Key reused",
             ApiError::InProgress => "Request in progress",
+            ApiError::Refused(..) => "Request refused",
             ApiError::Unavailable(_) => "Service unavailable",
             ApiError::Internal(_) => "Internal server error",
         }
@@ -125,6 +141,7 @@ impl ApiError {
             ApiError::OrderNotPending | ApiError::KeyReused | ApiError::InProgress => {
                 StatusCode::CONFLICT
             }
+            ApiError::Refused(status, _) => *status,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -201,6 +218,9 @@ impl From<OrdersError> for ApiError {
         match e {
             OrdersError::NotFound => ApiError::NotFound,
             OrdersError::NotPending => ApiError::OrderNotPending,
+            OrdersError::UnknownCursor => {
+                ApiError::BadQuery("cursor was not issued by this server".into())
+            }
             OrdersError::Corrupt(e) => ApiError::Internal(e.to_string()),
             OrdersError::Database(e) => ApiError::from_database(e),
         }
@@ -245,4 +265,44 @@ impl ApiError {
             crate::db::Failure::Internal => ApiError::Internal(e.to_string()),
         }
     }
+}
+
+/// Middleware that turns any error response not produced by [`ApiError`]
+/// (actix-cors refusing a preflight, the framework refusing a request) into
+/// problem+json, so that every error a client sees has the same shape.
+pub fn problem_for_every_error<B: 'static>() -> ErrorHandlers<B> {
+    ErrorHandlers::new().default_handler(|res: ServiceResponse<B>| {
+        let is_problem = res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+        if is_problem {
+            return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+        }
+        let status = res.status();
+        let preflight = res.request().method() == actix_web::http::Method::OPTIONS
+            && res
+                .request()
+                .headers()
+                .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+        let detail = if preflight {
+            "this origin, method or header is not allowed cross-origin access"
+        } else {
+            status
+                .canonical_reason()
+                .unwrap_or("the request was refused")
+        };
+        let (req, original) = res.into_parts();
+        let mut replacement = ApiError::Refused(status, detail).error_response();
+        for (name, value) in original.headers() {
+            if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+                replacement
+                    .headers_mut()
+                    .insert(name.clone(), value.clone());
+            }
+        }
+        Ok(ErrorHandlerResponse::Response(
+            ServiceResponse::new(req, replacement).map_into_right_body(),
+        ))
+    })
 }

@@ -22,6 +22,8 @@ pub enum OrdersError {
     NotFound,
     #[error("the order is not pending")]
     NotPending,
+    #[error("the cursor names no position in this user's orders")]
+    UnknownCursor,
     #[error(transparent)]
     Corrupt(#[from] CorruptRow),
     #[error(transparent)]
@@ -89,20 +91,23 @@ pub fn get(conn: &mut Conn<'_>, user_id: &str, id: &str) -> Result<Order, Orders
         .try_into()?)
 }
 
-/// An opaque position in a user's order list.
+/// An opaque position in a user's order list: the last order of the page
+/// before. Only a cursor naming one of the caller's own orders is accepted,
+/// so a client cannot page from a position the server never handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor(i64);
+pub struct Cursor(OrderId);
 
 impl Cursor {
     pub fn encode(self) -> String {
-        format!("{:016x}", self.0)
+        self.0.simple()
     }
 
+    /// The cursor's shape only; [`list`] checks that it names an order.
     pub fn decode(s: &str) -> Option<Self> {
-        if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
-        i64::from_str_radix(s, 16).ok().filter(|n| *n > 0).map(Self)
+        OrderId::parse(s).map(Self)
     }
 }
 
@@ -120,11 +125,17 @@ pub fn list(
     limit: u8,
 ) -> Result<Page, OrdersError> {
     let limit = i64::from(limit);
-    let mut rows = store::list(conn, user_id, after.map(|c| c.0), limit + 1)?;
+    let before = match after {
+        Some(cursor) => {
+            Some(store::seq_of(conn, user_id, cursor.0)?.ok_or(OrdersError::UnknownCursor)?)
+        }
+        None => None,
+    };
+    let mut rows = store::list(conn, user_id, before, limit + 1)?;
     let more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = if more {
-        rows.last().map(|r| Cursor(r.seq))
+        rows.last().map(|r| Cursor(r.id))
     } else {
         None
     };
@@ -172,15 +183,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cursor_survives_its_round_trip_and_forgeries_are_refused() {
-        let c = Cursor(42);
+    fn a_cursor_survives_its_round_trip_and_malformed_ones_are_refused() {
+        let c = Cursor(OrderId::generate());
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
         for bad in [
             "",
             "abc",
-            "zzzzzzzzzzzzzzzz",
+            "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
             "0000000000000000",
-            "ffffffffffffffff",
             "1'; DROP TABLE x",
         ] {
             assert_eq!(Cursor::decode(bad), None, "{bad}");

@@ -24,6 +24,11 @@ impl OrderId {
         Self(Uuid::now_v7())
     }
 
+    /// The id as 32 hex digits.
+    pub fn simple(self) -> String {
+        self.0.simple().to_string()
+    }
+
     /// Any well-formed UUID; anything else names no order.
     pub fn parse(s: &str) -> Option<Self> {
         Uuid::try_parse(s).ok().map(Self)

@@ -98,6 +98,14 @@ pub fn find_by_key(conn: &mut Conn<'_>, user_id: &str, key: &str) -> QueryResult
     })
 }
 
+/// The list position of one of the user's orders.
+pub fn seq_of(conn: &mut Conn<'_>, user_id: &str, id: OrderId) -> QueryResult<Option<i64>> {
+    dispatch!(conn, c, s => {
+        use s::orders::dsl as t;
+        t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id))).select(t::seq).first::<i64>(c).optional()
+    })
+}
+
 /// The user's orders with `seq < before`, newest first.
 pub fn list(
     conn: &mut Conn<'_>,

@@ -171,6 +171,14 @@ both_backends! {
             None,
         );
         assert!(preflight.status < 500, "{}", preflight.status);
+        if preflight.status >= 400 {
+            assert_eq!(
+                preflight.header("Content-Type"),
+                Some("application/problem+json"),
+                "a refused preflight is a problem like every other error: {}",
+                preflight.body
+            );
+        }
         assert_eq!(preflight.header("Access-Control-Allow-Origin"), None);
         assert_eq!(preflight.header("Access-Control-Allow-Methods"), None);
 

@@ -27,7 +27,11 @@ fn create_orders(app: &TestApp, token: &str, n: usize, prefix: &str) -> Vec<Stri
 }
 
 fn page(app: &TestApp, query: &str) -> (Vec<String>, Value) {
-    let response = app.call("GET", &format!("/v1/orders{query}"), None, None);
+    page_as(app, &app.token, query)
+}
+
+fn page_as(app: &TestApp, token: &str, query: &str) -> (Vec<String>, Value) {
+    let response = app.call_as(token, "GET", &format!("/v1/orders{query}"), None, None);
     assert_eq!(response.status, 200, "{query}: {}", response.body);
     assert_eq!(response.header("Content-Type"), Some("application/json"));
     let json = response.json();
@@ -450,5 +454,24 @@ both_backends! {
         }
         let (ids, _) = page(&app, "?limit=100");
         assert_eq!(ids.len(), 2);
+    }
+
+    fn a_well_formed_cursor_the_server_never_issued_to_this_user_is_refused(backend) {
+        let app = TestApp::spawn(backend);
+        create_orders(&app, &app.token, 3, "mine");
+        let bob = app.create_token("bob");
+        create_orders(&app, &bob, 3, "bobs");
+        let (_, bobs_cursor) = page_as(&app, &bob, "?limit=1");
+        let bobs_cursor = bobs_cursor.as_str().expect("bob has more pages").to_owned();
+
+        // Bob's cursor is real, but not alice's; a made-up one of the same shape is no one's.
+        let forged = "0".repeat(31) + "1";
+        for cursor in [bobs_cursor.as_str(), forged.as_str()] {
+            let response = app.call("GET", &format!("/v1/orders?cursor={cursor}"), None, None);
+            assert_problem(&response, 400, "VALIDATION_FAILED");
+        }
+        // Bob's own cursor still works for bob.
+        let (rest, _) = page_as(&app, &bob, &format!("?cursor={bobs_cursor}"));
+        assert_eq!(rest.len(), 2);
     }
 }
