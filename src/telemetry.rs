@@ -1,5 +1,6 @@
 //! Logs, request spans and Prometheus metrics.
 
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ pub fn init_logging() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let _ = if json {
@@ -36,7 +38,7 @@ pub fn metrics_handle() -> PrometheusHandle {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(
-                    Matcher::Full("http_request_duration_seconds".into()),
+                    Matcher::Full(REQUEST_DURATION.into()),
                     &[
                         0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                         5.0,
@@ -46,24 +48,78 @@ pub fn metrics_handle() -> PrometheusHandle {
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
             // Fails only if another recorder is installed; then ours just stays unused.
-            let _ = metrics::set_global_recorder(recorder);
+            if metrics::set_global_recorder(recorder).is_ok() {
+                register_metrics();
+            }
             handle
         })
         .clone()
 }
 
-/// Counts one answer of the idempotency ledger.
-pub fn count_idempotency_outcome(outcome: &'static str) {
-    metrics::counter!("idempotency_outcomes_total", "outcome" => outcome).increment(1);
+/// Requests answered, by method, route pattern and status.
+pub const REQUESTS: &str = "http_requests_total";
+/// Request latency in seconds, by method, route pattern and status.
+pub const REQUEST_DURATION: &str = "http_request_duration_seconds";
+/// Idempotency outcomes, by `outcome` (one of [`IDEMPOTENCY_OUTCOMES`]).
+pub const IDEMPOTENCY: &str = "idempotency_outcomes_total";
+/// Rows in the idempotency ledger when last scraped.
+pub const LEDGER_ROWS: &str = "idempotency_ledger_rows";
+
+/// Every `outcome` label of [`IDEMPOTENCY`]:
+/// - `executed`: the mutation ran and its answer was recorded;
+/// - `replayed`: an earlier answer was sent again (also from the order row
+///   after a purge);
+/// - `key_reused`: the key was used for a different request (`409`);
+/// - `in_progress`: a request with the key was still running (`409`);
+/// - `released`: the mutation answered without recording;
+/// - `lease_expired`: a holder outlived its lease and was fenced (`503`,
+///   nothing committed);
+/// - `purged`: expired ledger entries deleted.
+pub const IDEMPOTENCY_OUTCOMES: [&str; 7] = [
+    "executed",
+    "replayed",
+    "key_reused",
+    "in_progress",
+    "released",
+    "lease_expired",
+    "purged",
+];
+
+/// Logs (on the request span) and counts one answer of the idempotency ledger.
+pub fn idempotency_outcome(outcome: &'static str) {
+    tracing::Span::current().record("idempotency", outcome);
+    metrics::counter!(IDEMPOTENCY, "outcome" => outcome).increment(1);
 }
 
 /// Counts ledger entries removed by the purge.
 pub fn count_purged(n: usize) {
-    metrics::counter!("idempotency_outcomes_total", "outcome" => "purged").increment(n as u64);
+    metrics::counter!(IDEMPOTENCY, "outcome" => "purged").increment(n as u64);
 }
 
 pub fn set_ledger_rows(rows: i64) {
-    metrics::gauge!("idempotency_ledger_rows").set(rows as f64);
+    metrics::gauge!(LEDGER_ROWS).set(rows as f64);
+}
+
+/// Describes every metric and registers each idempotency outcome at zero, so
+/// a scrape shows them before they first happen.
+fn register_metrics() {
+    metrics::describe_counter!(
+        REQUESTS,
+        "HTTP requests answered, by method, route and status."
+    );
+    metrics::describe_histogram!(
+        REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "HTTP request latency, by method, route and status."
+    );
+    metrics::describe_counter!(
+        IDEMPOTENCY,
+        "Answers of the idempotency ledger, and entries purged, by outcome."
+    );
+    metrics::describe_gauge!(LEDGER_ROWS, "Rows in the idempotency ledger.");
+    for outcome in IDEMPOTENCY_OUTCOMES {
+        metrics::counter!(IDEMPOTENCY, "outcome" => outcome).increment(0);
+    }
 }
 
 /// A request id from the client, if it is a sane one.
@@ -104,9 +160,9 @@ pub async fn observe(
         Err(e) => e.as_response_error().status_code(),
     };
     let elapsed = started.elapsed();
-    metrics::counter!("http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.as_u16().to_string())
+    metrics::counter!(REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status.as_u16().to_string())
         .increment(1);
-    metrics::histogram!("http_request_duration_seconds", "method" => method, "route" => route, "status" => status.as_u16().to_string())
+    metrics::histogram!(REQUEST_DURATION, "method" => method, "route" => route, "status" => status.as_u16().to_string())
         .record(elapsed.as_secs_f64());
     span.in_scope(|| {
         tracing::info!(

@@ -19,7 +19,8 @@ use super::auth::AuthUser;
 use super::body::{is_json, parse_json, read_limited};
 use super::error::ApiError;
 use crate::idempotency::{
-    ClaimedTx, Completion, Fingerprint, IdempotencyKey, LedgerRequest, Outcome, RecordedResponse,
+    ClaimedTx, Completion, Fingerprint, IdempotencyKey, LedgerError, LedgerRequest, Outcome,
+    RecordedResponse,
 };
 
 /// Sent on every answer that an earlier request produced.
@@ -112,9 +113,13 @@ impl Mutation {
                     other => other,
                 })
         })
-        .await??;
-        tracing::Span::current().record("idempotency", outcome.label());
-        crate::telemetry::count_idempotency_outcome(outcome.label());
+        .await?
+        .inspect_err(|e| {
+            if matches!(e, LedgerError::LeaseExpired) {
+                crate::telemetry::idempotency_outcome("lease_expired");
+            }
+        })?;
+        crate::telemetry::idempotency_outcome(outcome_label(&outcome));
         match outcome {
             Outcome::Executed(response) | Outcome::Released(response) => {
                 Ok(to_http(response, false))
@@ -123,6 +128,25 @@ impl Mutation {
             Outcome::KeyReused => Err(ApiError::KeyReused),
             Outcome::InProgress => Err(ApiError::InProgress),
         }
+    }
+}
+
+/// The outcome as logs and metrics name it. A released claim answered from
+/// elsewhere: a replay when it says so, else a refusal of a reused key.
+fn outcome_label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Released(response)
+            if response
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case(REPLAYED_HEADER)) =>
+        {
+            "replayed"
+        }
+        Outcome::Released(response) if response.status == StatusCode::CONFLICT.as_u16() => {
+            "key_reused"
+        }
+        other => other.label(),
     }
 }
 

@@ -232,16 +232,11 @@ fn add_request_id(operation: &mut Operation) {
         .parameter_in(ParameterIn::Header)
         .required(Required::False)
         .description(Some(
-            "A request id to log and echo back; 1 to 128 characters of `A-Za-z0-9-_.:`. \
-             Any other value is replaced by one the server generates.",
+            "A request id to log and echo back. A value of 1 to 128 characters of \
+             `A-Za-z0-9-_.:` is used as it is; any other is replaced by one the server \
+             generates (never refused).",
         ))
-        .schema(Some(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .min_length(Some(1))
-                .max_length(Some(128))
-                .pattern(Some("^[A-Za-z0-9._:-]+$")),
-        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
         .build();
     operation
         .parameters

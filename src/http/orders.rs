@@ -127,7 +127,7 @@ struct ListQuery {
     tag = "orders",
     params(
         ("limit" = Option<u8>, Query, description = "Orders per page, 1 to 100 (default 20).", minimum = 1, maximum = 100, nullable = false),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, as the server issued it.", nullable = false),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, as the server issued it (opaque).", min_length = 1, nullable = false),
     ),
     responses(
         (status = 200, description = "A page of orders.", body = OrderPage),
