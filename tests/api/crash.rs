@@ -11,7 +11,8 @@ use orders_api::db::{Backend, Pool};
 use crate::both_backends;
 use crate::helpers::*;
 use crate::process::{
-    Client, ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
+    Client, HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
+    prepare, wait_for_no_session_where, wait_for_session_where,
 };
 
 const CLIENTS: usize = 8;
@@ -260,8 +261,6 @@ both_backends! {
 /// with the killed transaction; after the restart the key runs at once.
 #[test]
 fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
-    use diesel::{Connection, PgConnection, RunQueryDsl, connection::SimpleConnection};
-
     if !postgres_available() {
         return;
     }
@@ -270,37 +269,12 @@ fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
     let token = create_token(&pool, "alice");
     let mut server = ServerProcess::start(&db.url, &[]);
     let body = order_body("Widget", 2, "9.99");
-
-    // An uncommitted order with the same (user, key): the server's insert
-    // into `orders` waits for it, inside the transaction that holds the claim.
-    let mut blocker = PgConnection::establish(db.url.as_str()).expect("connect");
-    blocker
-        .batch_execute(
-            "BEGIN; INSERT INTO orders (id, user_id, item, quantity, price_cents, status, \
-             idempotency_key, request_fingerprint, created_at, updated_at) VALUES \
-             (gen_random_uuid(), 'alice', 'Blocker', 1, 100, 'pending', 'killed-holder', 'x', now(), now());",
-        )
-        .expect("hold the row");
-    let sessions_where = |condition: &str| -> i64 {
-        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
-            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND pid <> pg_backend_pid() AND {condition})"
-        )))
-        .get_result(&mut PgConnection::establish(db.url.as_str()).expect("connect"))
-        .expect("read pg_stat_activity")
-    };
+    let held = HeldOrderRow::hold(&db.url, "alice", "killed-holder");
 
     let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
     let cut = std::thread::scope(|s| {
         let request = s.spawn(|| client.post_order("killed-holder", &body));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while sessions_where("wait_event_type = 'Lock'") == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the request never blocked on the held row"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_session_where(&db.url, "wait_event_type = 'Lock'", Duration::from_secs(10));
         server.kill();
         request.join().expect("client thread")
     });
@@ -308,17 +282,10 @@ fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
         cut.is_err(),
         "the request was killed before it could answer: {cut:?}"
     );
-    blocker.batch_execute("ROLLBACK").expect("release the row");
+    held.release();
 
     // The killed holder's transaction ends by itself: nothing waits a lease.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sessions_where("xact_start IS NOT NULL") > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the killed holder's transaction never ended"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_no_session_where(&db.url, "xact_start IS NOT NULL", Duration::from_secs(10));
     assert_eq!(
         (order_count(&pool), ledger_count(&pool)),
         (0, 0),

@@ -3,13 +3,14 @@
 //! across threads." Two real binaries, one database, one key.
 
 use std::sync::Barrier;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use orders_api::db::Backend;
 
 use crate::helpers::*;
 use crate::process::{
-    Client, ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
+    Client, HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
+    prepare, wait_for_session_where,
 };
 use crate::race::assert_ran_once;
 
@@ -65,4 +66,59 @@ fn concurrent_requests_with_one_key_sent_to_two_processes_create_exactly_one_ord
         );
     }
     assert_eq!(ledger_count(&pool), ROUNDS as i64);
+}
+
+/// SPEC §4: "a claim whose holder died (process killed mid-request) blocks
+/// its key for at most IDEMPOTENCY_LEASE_SECS; after that the next request
+/// with that key takes it over and runs" — here the next request goes to the
+/// other process, which never restarts. The first process is killed while
+/// its request certainly holds the claim (blocked on a row the test holds).
+#[test]
+fn a_claim_held_by_a_killed_process_is_taken_over_by_the_other_process() {
+    if !postgres_available() {
+        return;
+    }
+    let db = TestDb::fresh(Backend::Postgres);
+    let pool = prepare(&db.url);
+    let token = create_token(&pool, "alice");
+    let mut doomed = ServerProcess::start(&db.url, &[]);
+    let survivor = ServerProcess::start(&db.url, &["--lease-secs", "2"]);
+    let body = order_body("Widget", 1, "7.00");
+    let held = HeldOrderRow::hold(&db.url, "alice", "orphaned-claim");
+
+    let doomed_client = Client::new(&doomed.address(), &token, Duration::from_secs(30));
+    let cut = std::thread::scope(|s| {
+        let request = s.spawn(|| doomed_client.post_order("orphaned-claim", &body));
+        wait_for_session_where(&db.url, "wait_event_type = 'Lock'", Duration::from_secs(10));
+        doomed.kill();
+        request.join().expect("client thread")
+    });
+    assert!(
+        cut.is_err(),
+        "the request was killed before it could answer: {cut:?}"
+    );
+    held.release();
+
+    // Retried at the surviving process: in progress at most for a lease, then it runs.
+    let client = Client::new(&survivor.address(), &token, Duration::from_secs(30));
+    // Bounded well beyond the survivor's 2 s lease.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        let r = client
+            .post_order("orphaned-claim", &body)
+            .expect("the surviving process answers");
+        if r.status != 409 {
+            break r;
+        }
+        crate::race::assert_in_progress(&r);
+        assert!(
+            Instant::now() < deadline,
+            "the orphaned claim was never taken over"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let id = answer.json()["id"].as_str().expect("order id").to_owned();
+    assert_eq!(order_id_for_key(&pool, "alice", "orphaned-claim"), Some(id));
+    assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
 }

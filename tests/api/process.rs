@@ -9,7 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use orders_api::db::{self, Backend, DatabaseUrl, Pool, PoolOptions};
@@ -29,17 +29,29 @@ pub struct ServerProcess {
     port: u16,
     child: Option<Child>,
     log: PathBuf,
+    /// Extra environment variables (e.g. `LOG_FORMAT`, `RUST_LOG`).
+    env: Vec<(String, String)>,
 }
 
 impl ServerProcess {
     /// Starts the binary against `url` with the extra flags `args`, and waits
     /// until `/healthz` answers.
     pub fn start(url: &DatabaseUrl, args: &[&str]) -> Self {
+        Self::start_with_env(url, args, &[])
+    }
+
+    /// [`Self::start`] with extra environment variables, which win over
+    /// the default `RUST_LOG=warn`.
+    pub fn start_with_env(url: &DatabaseUrl, args: &[&str], env: &[(&str, &str)]) -> Self {
         let log =
             std::env::temp_dir().join(format!("orders-api-{}.log", uuid::Uuid::new_v4().simple()));
         let mut server = Self {
             database_url: url_argument(url),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             port: free_port(),
             child: None,
             log,
@@ -66,6 +78,42 @@ impl ServerProcess {
         self.kill();
         self.args = args.iter().map(|a| (*a).to_owned()).collect();
         self.spawn();
+    }
+
+    /// Sends SIGTERM (`kill -TERM`), asking for a graceful stop.
+    pub fn terminate(&self) {
+        let child = self.child.as_ref().expect("the server is running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed: {status}");
+    }
+
+    /// Waits for the process to exit (at most `deadline`, then kills it and
+    /// panics) and returns how it exited.
+    pub fn wait_for_exit(&mut self, deadline: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("the server is running");
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for orders-api") {
+                return status;
+            }
+            if Instant::now() >= until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "orders-api did not exit within {deadline:?}:\n{}",
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the process wrote to stdout and stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Whether the process is still running.
@@ -100,6 +148,7 @@ impl ServerProcess {
                 .args(["--workers", "2"])
                 .args(&self.args)
                 .env("RUST_LOG", "warn")
+                .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().expect("clone the log handle"))
                 .stderr(log)
@@ -309,5 +358,73 @@ impl Client {
             &[],
             None,
         )
+    }
+}
+
+/// PostgreSQL: an uncommitted order row for `(user_id, key)`, held by the
+/// test. A server's create with that key then blocks on it inside its own
+/// transaction, after inserting its claim: a claim certainly held, for as
+/// long as the test likes (up to the server's `lock_timeout`).
+pub struct HeldOrderRow {
+    conn: diesel::PgConnection,
+}
+
+impl HeldOrderRow {
+    pub fn hold(url: &DatabaseUrl, user_id: &str, key: &str) -> Self {
+        use diesel::connection::SimpleConnection;
+        use diesel::sql_types::Text;
+        use diesel::{Connection, RunQueryDsl};
+
+        let mut conn = diesel::PgConnection::establish(url.as_str()).expect("connect");
+        conn.batch_execute("BEGIN").expect("begin");
+        diesel::sql_query(
+            "INSERT INTO orders (id, user_id, item, quantity, price_cents, status, \
+             idempotency_key, request_fingerprint, created_at, updated_at) VALUES \
+             (gen_random_uuid(), $1, 'Held', 1, 100, 'pending', $2, 'held', now(), now())",
+        )
+        .bind::<Text, _>(user_id)
+        .bind::<Text, _>(key)
+        .execute(&mut conn)
+        .expect("hold the row");
+        Self { conn }
+    }
+
+    pub fn release(mut self) {
+        use diesel::connection::SimpleConnection;
+        self.conn
+            .batch_execute("ROLLBACK")
+            .expect("release the row");
+    }
+}
+
+/// PostgreSQL: how many sessions on `url`'s database, other than the one
+/// asking, match the `pg_stat_activity` condition.
+pub fn pg_sessions_where(url: &DatabaseUrl, condition: &str) -> i64 {
+    use diesel::{Connection, RunQueryDsl};
+
+    let mut conn = diesel::PgConnection::establish(url.as_str()).expect("connect");
+    diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!(
+        "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND {condition})"
+    )))
+    .get_result(&mut conn)
+    .expect("read pg_stat_activity")
+}
+
+/// PostgreSQL: waits (at most `within`) until some session matches.
+pub fn wait_for_session_where(url: &DatabaseUrl, condition: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while pg_sessions_where(url, condition) == 0 {
+        assert!(Instant::now() < deadline, "no session came to {condition}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// PostgreSQL: waits (at most `within`) until no session matches.
+pub fn wait_for_no_session_where(url: &DatabaseUrl, condition: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while pg_sessions_where(url, condition) > 0 {
+        assert!(Instant::now() < deadline, "sessions still in {condition}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
