@@ -17,3 +17,5 @@ mod outage;
 mod process;
 mod race;
 mod smoke;
+mod operability;
+mod shutdown;

@@ -1,0 +1,215 @@
+//! Graceful shutdown of the real binary: on SIGTERM new connections are
+//! refused, in-flight requests finish and their results are recorded, the
+//! process exits 0; after a restart every key's retry replays or creates
+//! exactly one order.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::both_backends;
+use crate::helpers::*;
+use crate::process::{self, Client, ServerProcess};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// Clients sending creates while the server is asked to stop.
+const CLIENTS: usize = 4;
+
+/// A `POST /v1/orders` whose body is sent in two halves, on a raw
+/// connection, so the test decides when the request ends.
+struct SlowCreate {
+    stream: TcpStream,
+    rest: Vec<u8>,
+}
+
+impl SlowCreate {
+    /// Sends the headers (with `Expect: 100-continue`) and waits for the
+    /// server's `100 Continue`: from then on the request is in a handler,
+    /// reading its body. Then sends the first half of the body.
+    fn start(address: &str, token: &str, key: &str, body: &str) -> Self {
+        let host = address.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(host).expect("connect");
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        let head = format!(
+            "POST /v1/orders HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\
+             Idempotency-Key: {key}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut continue_line = [0u8; 25];
+        stream.read_exact(&mut continue_line).expect("100 Continue");
+        assert_eq!(&continue_line, b"HTTP/1.1 100 Continue\r\n\r\n");
+        let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+        stream.write_all(first).unwrap();
+        stream.flush().unwrap();
+        Self {
+            stream,
+            rest: rest.to_vec(),
+        }
+    }
+
+    /// Sends the rest of the body and reads the whole response.
+    fn finish(mut self) -> (u16, Vec<(String, String)>, String) {
+        self.stream.write_all(&self.rest).unwrap();
+        let mut reader = BufReader::new(self.stream);
+        let mut status_line = String::new();
+        reader.read_line(&mut status_line).expect("a status line");
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("a status in {status_line:?}"));
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("a header line");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':').expect("name: value");
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+        let length: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| v.parse().ok())
+            .expect("a Content-Length");
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).expect("the whole body");
+        (status, headers, String::from_utf8(body).expect("UTF-8"))
+    }
+}
+
+/// One create. `None` when no answer began (refused, or cut before the
+/// status line); an answer that began must arrive whole, else this panics.
+fn create_or_nothing(
+    agent: &ureq::Agent,
+    url: &str,
+    auth: &str,
+    key: &str,
+    body: &str,
+) -> Option<(u16, String)> {
+    let request = ureq::http::Request::builder()
+        .method("POST")
+        .uri(url)
+        .header("Authorization", auth)
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .body(body.as_bytes().to_vec())
+        .unwrap();
+    let mut response = agent.run(request).ok()?;
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .unwrap_or_else(|e| panic!("{key}: the answer {status} was cut: {e}"));
+    Some((status, text))
+}
+
+fn connection_refused(address: &str) -> bool {
+    TcpStream::connect(address.trim_start_matches("http://")).is_err()
+}
+
+both_backends! {
+    fn sigterm_lets_in_flight_creates_finish_and_after_a_restart_no_order_is_lost_or_doubled(backend) {
+        let db = TestDb::fresh(backend);
+        let pool = process::prepare(&db.url);
+        let token = process::create_token(&pool, "alice");
+        let mut server = ServerProcess::start(&db.url, &[]);
+        let address = server.address();
+        let body = |n: usize| order_body("Widget", (n % 1000 + 1) as i64, "2.50");
+
+        // Creates that keep coming until the signal, each with its own key.
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let agent = process::agent(TIMEOUT);
+                let url = format!("{address}/v1/orders");
+                let auth = format!("Bearer {token}");
+                let stop = Arc::clone(&stop);
+                let answered = Arc::clone(&answered);
+                std::thread::spawn(move || {
+                    let mut results = Vec::new();
+                    let mut n = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        let key = format!("load-{c}-{n}");
+                        let sent = body(n);
+                        let result = create_or_nothing(&agent, &url, &auth, &key, &sent);
+                        if result.is_some() {
+                            answered.fetch_add(1, Ordering::SeqCst);
+                        }
+                        results.push((key, sent, result));
+                        n += 1;
+                    }
+                    results
+                })
+            })
+            .collect();
+        // The server is busy with them before the signal.
+        let deadline = Instant::now() + TIMEOUT;
+        while answered.load(Ordering::SeqCst) < CLIENTS * 5 {
+            assert!(Instant::now() < deadline, "the clients' creates are answered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // One create that is certainly in flight when the signal arrives.
+        let slow_body = body(7);
+        let slow = SlowCreate::start(&address, &token, "slow", &slow_body);
+
+        server.terminate();
+        let deadline = Instant::now() + TIMEOUT;
+        while !connection_refused(&address) {
+            assert!(Instant::now() < deadline, "new connections are still accepted after SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::SeqCst);
+        let (slow_status, slow_headers, slow_response) = slow.finish();
+        let exit = server.wait_for_exit(TIMEOUT);
+
+        assert!(exit.success(), "orders-api exited with {exit} after SIGTERM:\n{}", server.log_text());
+        assert_eq!(slow_status, 201, "the in-flight create finished: {slow_response}");
+        let slow_order: Value = serde_json::from_str(&slow_response).expect("a complete JSON order");
+        assert!(slow_headers.iter().any(|(n, v)| n == "location" && v.ends_with(slow_order["id"].as_str().unwrap())));
+        let mut attempts = vec![("slow".to_owned(), slow_body, Some(slow_order))];
+        for client in clients {
+            for (key, sent, result) in client.join().expect("a client thread") {
+                // Every answer that arrived is complete: a created order.
+                let order = result.map(|(status, body)| {
+                    assert_eq!(status, 201, "{key}: {body}");
+                    serde_json::from_str::<Value>(&body).unwrap_or_else(|e| panic!("{key}: {e}: {body}"))
+                });
+                attempts.push((key, sent, order));
+            }
+        }
+        assert!(attempts.len() > 1, "the clients sent creates");
+
+        // After a restart, each key's retry replays its order or creates it now.
+        server.restart(&[]);
+        let client = Client::new(&server.address(), &token, TIMEOUT);
+        for (key, sent, answered) in &attempts {
+            let retry = client.post_order(key, sent).expect("the restarted server answers");
+            match answered {
+                Some(order) => {
+                    assert_eq!(retry.status, 200, "{key} replays: {}", retry.body);
+                    assert_eq!(retry.header("Idempotent-Replayed"), Some("true"), "{key}");
+                    assert_eq!(&retry.json(), order, "{key} replays the recorded order");
+                }
+                None => assert!(
+                    [200, 201].contains(&retry.status),
+                    "{key}: an unanswered create is replayed or made now: {}",
+                    retry.body
+                ),
+            }
+            assert!(process::order_id_for_key(&pool, "alice", key).is_some(), "{key} has its order");
+        }
+        let keys = attempts.len() as i64;
+        assert_eq!(process::order_count(&pool), keys, "one order per key, none lost, none doubled");
+        assert_eq!(process::ledger_count(&pool), keys, "every order has its recorded answer");
+    }
+}
