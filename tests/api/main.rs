@@ -19,3 +19,4 @@ mod race;
 mod smoke;
 mod operability;
 mod shutdown;
+mod retrying_client;
