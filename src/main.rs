@@ -7,11 +7,16 @@ use orders_api::{cli, config::Cli, telemetry};
 fn main() -> ExitCode {
     let args = match Cli::try_parse() {
         Ok(args) => args,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => e.exit(),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            e.exit()
+        }
         Err(e) => {
             // One clear line, not a usage dump: "error: invalid value … for '--bind …': …".
             let rendered = e.render().to_string();
-            let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: invalid arguments");
+            let line = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("error: invalid arguments");
             eprintln!("orders-api: {}", line.trim_start_matches("error: "));
             return ExitCode::from(2);
         }

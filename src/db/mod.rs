@@ -106,10 +106,14 @@ impl fmt::Debug for DatabaseUrl {
 
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => match url[scheme_end + 3..at].split_once(':') {
-            Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-            None => url.to_owned(),
-        },
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            match url[scheme_end + 3..at].split_once(':') {
+                Some((user, _password)) => {
+                    format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..])
+                }
+                None => url.to_owned(),
+            }
+        }
         _ => url.to_owned(),
     }
 }

@@ -73,15 +73,26 @@ impl TestDb {
         match backend {
             Backend::Sqlite => {
                 let path = std::env::temp_dir().join(format!("{name}.db"));
-                let url = DatabaseUrl::parse(&format!("sqlite://{}", path.display())).expect("sqlite url");
-                Self { url, cleanup: Cleanup::Files(path) }
+                let url = DatabaseUrl::parse(&format!("sqlite://{}", path.display()))
+                    .expect("sqlite url");
+                Self {
+                    url,
+                    cleanup: Cleanup::Files(path),
+                }
             }
             Backend::Postgres => {
                 let admin_url = std::env::var(TEST_DATABASE_URL).expect("TEST_DATABASE_URL");
-                let mut admin = PgConnection::establish(&admin_url).expect("connect to TEST_DATABASE_URL");
-                diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).expect("create test database");
-                let url = DatabaseUrl::parse(&with_database(&admin_url, &name)).expect("postgres url");
-                Self { url, cleanup: Cleanup::Database { admin_url, name } }
+                let mut admin =
+                    PgConnection::establish(&admin_url).expect("connect to TEST_DATABASE_URL");
+                diesel::sql_query(format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .expect("create test database");
+                let url =
+                    DatabaseUrl::parse(&with_database(&admin_url, &name)).expect("postgres url");
+                Self {
+                    url,
+                    cleanup: Cleanup::Database { admin_url, name },
+                }
             }
         }
     }
@@ -101,7 +112,9 @@ impl Drop for TestDb {
             }
             Cleanup::Database { admin_url, name } => {
                 if let Ok(mut admin) = PgConnection::establish(admin_url) {
-                    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin);
+                    let _ =
+                        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut admin);
                 }
             }
         }
@@ -167,7 +180,9 @@ impl TestApp {
                 eprintln!("test server stopped with {e}");
             }
         });
-        let (port, handle) = rx.recv_timeout(Duration::from_secs(30)).expect("server started");
+        let (port, handle) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("server started");
         let mut app = Self {
             address: format!("http://127.0.0.1:{port}"),
             token: String::new(),
@@ -189,17 +204,42 @@ impl TestApp {
     }
 
     /// Any request, with the caller's headers only.
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> TestResponse {
-        send(&self.agent, method, &format!("{}{path}", self.address), headers, body)
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> TestResponse {
+        send(
+            &self.agent,
+            method,
+            &format!("{}{path}", self.address),
+            headers,
+            body,
+        )
     }
 
     /// A request as a well-behaved client sends it: alice's token, and JSON
     /// when there is a body; `key` is the `Idempotency-Key`, if any.
-    pub fn call(&self, method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> TestResponse {
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+    ) -> TestResponse {
         self.call_as(&self.token, method, path, key, body)
     }
 
-    pub fn call_as(&self, token: &str, method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> TestResponse {
+    pub fn call_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&str>,
+    ) -> TestResponse {
         let auth = format!("Bearer {token}");
         let mut headers = vec![("Authorization", auth.as_str())];
         if let Some(key) = key {
@@ -250,21 +290,38 @@ pub fn agent() -> ureq::Agent {
 }
 
 /// One request with `agent`; the whole response read.
-pub fn send(agent: &ureq::Agent, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> TestResponse {
+pub fn send(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> TestResponse {
     let mut builder = ureq::http::Request::builder().method(method).uri(url);
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
-    let request = builder.body(body.unwrap_or("").as_bytes().to_vec()).expect("request");
+    let request = builder
+        .body(body.unwrap_or("").as_bytes().to_vec())
+        .expect("request");
     let mut response = agent.run(request).expect("the server answered");
     let status = response.status().as_u16();
     let headers = response
         .headers()
         .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                v.to_str().unwrap_or_default().to_owned(),
+            )
+        })
         .collect();
     let body = response.body_mut().read_to_string().unwrap_or_default();
-    TestResponse { status, headers, body }
+    TestResponse {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// A response, read whole.
@@ -277,11 +334,17 @@ pub struct TestResponse {
 
 impl TestResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn header_count(&self, name: &str) -> usize {
-        self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).count()
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count()
     }
 
     pub fn json(&self) -> Value {
@@ -290,7 +353,10 @@ impl TestResponse {
 
     /// The problem's `error` code (panics when the body is not a problem).
     pub fn error_code(&self) -> String {
-        self.json()["error"].as_str().unwrap_or_else(|| panic!("no error code in {}", self.body)).to_owned()
+        self.json()["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error code in {}", self.body))
+            .to_owned()
     }
 }
 
