@@ -5,6 +5,7 @@
 mod atk;
 mod auth;
 mod bodies;
+mod cli;
 mod crash;
 mod expect;
 mod helpers;
