@@ -35,7 +35,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Keys(command) => keys(&settings, command),
         Command::Purge => {
-            let pool = Pool::connect(&settings.database_url, &settings.pool_options())?;
+            let pool = Pool::connect(&settings.database_url, &one_connection(&settings))?;
             let purged =
                 startup::purge_all(&pool).map_err(|e| CliError::Database(e.to_string()))?;
             println!("{purged}");
@@ -73,6 +73,15 @@ fn serve(settings: &Settings) -> Result<(), CliError> {
     })
 }
 
+/// A one-shot command needs one connection, opened before it starts, and no
+/// pool thread still connecting in the background when the process exits.
+fn one_connection(settings: &Settings) -> db::PoolOptions {
+    db::PoolOptions {
+        max_size: 1,
+        ..settings.pool_options()
+    }
+}
+
 fn local_addr(bind: &str, port: u16) -> String {
     match bind.rsplit_once(':') {
         Some((host, _)) => format!("{host}:{port}"),
@@ -91,7 +100,7 @@ fn create_demo_key_if_none(pool: &Pool) -> Result<Option<String>, CliError> {
 
 fn keys(settings: &Settings, command: KeysCommand) -> Result<(), CliError> {
     db::run_migrations(&settings.database_url)?;
-    let pool = Pool::connect(&settings.database_url, &settings.pool_options())?;
+    let pool = Pool::connect(&settings.database_url, &one_connection(&settings))?;
     let mut pooled = pool.get().map_err(|e| CliError::Database(e.to_string()))?;
     let mut conn = pooled.conn();
     let mut out = std::io::stdout().lock();

@@ -55,7 +55,7 @@ impl DatabaseUrl {
         if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
             return Ok(Self {
                 backend: Backend::Postgres,
-                target: raw.to_owned(),
+                target: without_gss_unless_asked(raw),
             });
         }
         let path = if let Some(rest) = raw.strip_prefix("sqlite://") {
@@ -101,6 +101,20 @@ impl fmt::Debug for DatabaseUrl {
             .field("backend", &self.backend)
             .field("target", &redact(&self.target))
             .finish()
+    }
+}
+
+/// libpq tries GSSAPI (Kerberos) encryption first when it was built with
+/// it, which costs a negotiation on every new connection and, worse, can
+/// abort the process at exit (libkrb5 destroys its mutexes while a pool
+/// thread is still connecting). Unless the URL asks for it, turn it off.
+fn without_gss_unless_asked(url: &str) -> String {
+    if url.contains("gssencmode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&gssencmode=disable")
+    } else {
+        format!("{url}?gssencmode=disable")
     }
 }
 
@@ -433,5 +447,59 @@ pub fn classify(error: &DieselError) -> Failure {
         },
         DieselError::BrokenTransactionManager => Failure::Unavailable,
         _ => Failure::Internal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheme_selects_the_backend() {
+        for (raw, backend, target) in [
+            ("sqlite://orders.db", Backend::Sqlite, "orders.db"),
+            (
+                "sqlite:///var/lib/orders.db",
+                Backend::Sqlite,
+                "/var/lib/orders.db",
+            ),
+            ("sqlite:orders.db", Backend::Sqlite, "orders.db"),
+            ("orders.db", Backend::Sqlite, "orders.db"),
+            (
+                "postgres://u@h/db",
+                Backend::Postgres,
+                "postgres://u@h/db?gssencmode=disable",
+            ),
+            (
+                "postgresql://u@h/db?sslmode=require",
+                Backend::Postgres,
+                "postgresql://u@h/db?sslmode=require&gssencmode=disable",
+            ),
+            (
+                "postgres://u@h/db?gssencmode=prefer",
+                Backend::Postgres,
+                "postgres://u@h/db?gssencmode=prefer",
+            ),
+        ] {
+            let url = DatabaseUrl::parse(raw).unwrap();
+            assert_eq!((url.backend(), url.as_str()), (backend, target), "{raw}");
+        }
+    }
+
+    #[test]
+    fn unusable_urls_are_refused_with_a_reason() {
+        for raw in ["", "mysql://h/db", "sqlite://", "sqlite::memory:"] {
+            assert!(DatabaseUrl::parse(raw).is_err(), "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_password_never_appears_in_debug_output() {
+        let url = DatabaseUrl::parse("postgres://orders:s3cret@db/orders").unwrap();
+        let shown = format!("{url:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("orders:***@db"),
+            "{shown}"
+        );
     }
 }

@@ -81,7 +81,13 @@ impl TestDb {
                 }
             }
             Backend::Postgres => {
-                let admin_url = std::env::var(TEST_DATABASE_URL).expect("TEST_DATABASE_URL");
+                // Parsed like the service parses it (GSSAPI off unless asked for).
+                let admin_url = DatabaseUrl::parse(
+                    &std::env::var(TEST_DATABASE_URL).expect("TEST_DATABASE_URL"),
+                )
+                .expect("TEST_DATABASE_URL is a postgres:// URL")
+                .as_str()
+                .to_owned();
                 let mut admin =
                     PgConnection::establish(&admin_url).expect("connect to TEST_DATABASE_URL");
                 diesel::sql_query(format!("CREATE DATABASE {name}"))
