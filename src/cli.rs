@@ -100,7 +100,7 @@ fn create_demo_key_if_none(pool: &Pool) -> Result<Option<String>, CliError> {
 
 fn keys(settings: &Settings, command: KeysCommand) -> Result<(), CliError> {
     db::run_migrations(&settings.database_url)?;
-    let pool = Pool::connect(&settings.database_url, &one_connection(&settings))?;
+    let pool = Pool::connect(&settings.database_url, &one_connection(settings))?;
     let mut pooled = pool.get().map_err(|e| CliError::Database(e.to_string()))?;
     let mut conn = pooled.conn();
     let mut out = std::io::stdout().lock();
