@@ -1,8 +1,11 @@
 //! The OpenAPI 3 document, generated from the code's own types: each
 //! handler carries its `#[utoipa::path]`, each body type its schema. What
 //! every operation shares because of the middleware (`X-Request-Id`, the
-//! bearer token and its `401` under `/v1`, the `5xx` problems) is added here
-//! once, by [`Shared`].
+//! bearer token and its `401` under `/v1`, the `5xx` problems), and what every
+//! mutation shares because it runs through [`super::mutation::Mutation`] (the
+//! `Idempotency-Key` header, the `400`/`413`/`415` of its checks, the ledger's
+//! `409` and `Idempotent-Replayed` on the answers a replay can give), is added
+//! here once, by [`Shared`].
 //!
 //! `GET /openapi.json` serves it; the integration suite checks that every
 //! route in [`super::ENDPOINTS`] is in it, and CI runs schemathesis against it.
@@ -15,11 +18,15 @@ use utoipa::openapi::header::Header;
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::response::Response;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{Content, ObjectBuilder, OpenApi as Document, Ref, RefOr, Required, Type};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::openapi::{
+    Content, ObjectBuilder, OpenApi as Document, Ref, RefOr, Required, Schema, Type,
+};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
+use super::mutation::REPLAYED_HEADER;
 use super::{AUTHENTICATED_PREFIX, health, orders};
+use crate::idempotency;
 use crate::orders::input::FieldError;
 use crate::orders::model::{OrderStatus, OrderView};
 
@@ -27,6 +34,16 @@ use crate::orders::model::{OrderStatus, OrderView};
 pub const BEARER: &str = "bearer";
 /// The header [`crate::telemetry::observe`] reads and sets, as the document spells it.
 const REQUEST_ID: &str = "X-Request-Id";
+/// The methods whose handlers run through [`super::mutation::Mutation`].
+const MUTATING: [&str; 4] = ["put", "post", "patch", "delete"];
+/// The answers of a mutation that no replay gives: the checks before the
+/// ledger (`400`, `401`, `413`, `415`, the route's `422`), and a `201`, which
+/// replays as `200`. Nor does any `5xx`, which is never recorded.
+const NEVER_REPLAYED: [&str; 6] = ["201", "400", "401", "413", "415", "422"];
+/// The ledger's conflicts, which any mutation can answer with `409`.
+const LEDGER_CONFLICTS: &str = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was \
+    used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still \
+    running; retry after `Retry-After` seconds.";
 
 // Only a schema: the handler reads the body with
 // `crate::orders::input::parse_new_order`, whose bounds these mirror (a unit
@@ -152,7 +169,11 @@ impl Modify for Shared {
             let authenticated = path
                 .strip_prefix(AUTHENTICATED_PREFIX)
                 .is_some_and(|rest| rest.starts_with('/'));
-            for operation in operations(item) {
+            for (method, operation) in operations(item) {
+                let mutation = authenticated && MUTATING.contains(&method);
+                if mutation {
+                    add_idempotency_key(operation);
+                }
                 add_request_id(operation);
                 if authenticated {
                     operation
@@ -164,17 +185,19 @@ impl Modify for Shared {
                         "401",
                         "`UNAUTHORIZED`: the bearer token is missing, malformed, unknown or \
                          revoked. Checked before anything else.",
-                        &[("WWW-Authenticate", "`Bearer`.", Type::String)],
+                        [("WWW-Authenticate", string_header("`Bearer`."))],
                     );
                     add_problem(
                         operation,
                         "503",
                         "`SERVICE_UNAVAILABLE`: the database is unreachable or busy. Nothing was \
                          recorded: retry with the same `Idempotency-Key`.",
-                        &[(
+                        [(
                             "Retry-After",
-                            "Seconds to wait before retrying.",
-                            Type::Integer,
+                            header(
+                                ObjectBuilder::new().schema_type(Type::Integer),
+                                "Seconds to wait before retrying.",
+                            ),
                         )],
                     );
                     add_problem(
@@ -182,8 +205,11 @@ impl Modify for Shared {
                         "500",
                         "`INTERNAL_ERROR`: an unexpected failure; nothing was recorded. The body \
                          carries no internals.",
-                        &[],
+                        [],
                     );
+                }
+                if mutation {
+                    add_mutation_responses(operation);
                 }
                 for response in operation.responses.responses.values_mut() {
                     if let RefOr::T(response) = response {
@@ -204,25 +230,30 @@ impl Modify for Shared {
     }
 }
 
-fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+/// Each operation of `item`, with its method in lower case.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut Operation)> {
     [
-        item.get.as_mut(),
-        item.put.as_mut(),
-        item.post.as_mut(),
-        item.delete.as_mut(),
-        item.options.as_mut(),
-        item.head.as_mut(),
-        item.patch.as_mut(),
-        item.trace.as_mut(),
+        ("get", item.get.as_mut()),
+        ("put", item.put.as_mut()),
+        ("post", item.post.as_mut()),
+        ("delete", item.delete.as_mut()),
+        ("options", item.options.as_mut()),
+        ("head", item.head.as_mut()),
+        ("patch", item.patch.as_mut()),
+        ("trace", item.trace.as_mut()),
     ]
     .into_iter()
-    .flatten()
+    .filter_map(|(method, operation)| Some((method, operation?)))
+}
+
+fn header(schema: impl Into<RefOr<Schema>>, description: &str) -> Header {
+    let mut header = Header::new(schema);
+    header.description = Some(description.to_owned());
+    header
 }
 
 fn string_header(description: &str) -> Header {
-    let mut header = Header::new(ObjectBuilder::new().schema_type(Type::String).build());
-    header.description = Some(description.to_owned());
-    header
+    header(ObjectBuilder::new().schema_type(Type::String), description)
 }
 
 /// The optional `X-Request-Id` request header.
@@ -244,24 +275,104 @@ fn add_request_id(operation: &mut Operation) {
         .push(RefOr::T(parameter));
 }
 
+/// The required `Idempotency-Key` request header of a mutation, with the
+/// bounds [`idempotency::IdempotencyKey`] checks.
+fn add_idempotency_key(operation: &mut Operation) {
+    let max = idempotency::MAX_LEN;
+    let parameter = ParameterBuilder::new()
+        .name(idempotency::HEADER)
+        .parameter_in(ParameterIn::Header)
+        .required(Required::True)
+        .description(Some(format!(
+            "Makes the request safe to retry: 1 to {max} printable ASCII characters, not all \
+             spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and \
+             body replays the first answer; the same key with another request is a `409`. Keys \
+             are per user."
+        )))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(max))
+                .pattern(Some("^[ -~]+$")),
+        ))
+        .build();
+    operation
+        .parameters
+        .get_or_insert_with(Vec::new)
+        .push(RefOr::T(parameter));
+}
+
+/// What every mutation can answer besides its handler's own responses: the
+/// problems of [`super::mutation::Mutation`]'s checks, the ledger's `409`
+/// (after the handler's own `409` codes, if it has any), and
+/// `Idempotent-Replayed` on each answer a replay can give.
+fn add_mutation_responses(operation: &mut Operation) {
+    add_problem(
+        operation,
+        "400",
+        "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not \
+         printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is \
+         not JSON or repeats a member.",
+        [],
+    );
+    add_problem(
+        operation,
+        "413",
+        "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.",
+        [],
+    );
+    add_problem(
+        operation,
+        "415",
+        "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.",
+        [],
+    );
+    // Described below: the ledger's conflicts, after the handler's own ones.
+    add_problem(operation, "409", "", []);
+    for (status, response) in operation.responses.responses.iter_mut() {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        if status == "409" {
+            response.description = match response.description.as_str() {
+                "" => LEDGER_CONFLICTS.to_owned(),
+                own => format!("{own} {LEDGER_CONFLICTS}"),
+            };
+            response.headers.insert(
+                "Retry-After".to_owned(),
+                RefOr::T(header(
+                    u32::schema(),
+                    "Seconds to wait before retrying with the same key \
+                     (`IDEMPOTENCY_IN_PROGRESS` only).",
+                )),
+            );
+        }
+        if !NEVER_REPLAYED.contains(&status.as_str()) && !status.starts_with('5') {
+            response.headers.insert(
+                REPLAYED_HEADER.to_owned(),
+                RefOr::T(string_header(
+                    "`true` when this answer was recorded by an earlier request with the same key.",
+                )),
+            );
+        }
+    }
+}
+
 /// A problem response, unless the operation already describes `status`.
-fn add_problem(
+fn add_problem<'a>(
     operation: &mut Operation,
     status: &str,
     description: &str,
-    headers: &[(&str, &str, Type)],
+    headers: impl IntoIterator<Item = (&'a str, Header)>,
 ) {
     let mut response = Response::new(description);
     response.content.insert(
         PROBLEM_JSON.to_owned(),
         RefOr::T(Content::new(Some(Ref::from_schema_name("Problem")))),
     );
-    for (name, description, kind) in headers {
-        let mut header = Header::new(ObjectBuilder::new().schema_type(kind.clone()).build());
-        header.description = Some((*description).to_owned());
-        response
-            .headers
-            .insert((*name).to_owned(), RefOr::T(header));
+    for (name, header) in headers {
+        response.headers.insert(name.to_owned(), RefOr::T(header));
     }
     operation
         .responses

@@ -1,4 +1,8 @@
-//! The `/v1/orders` routes.
+//! The `/v1/orders` routes. Each `#[utoipa::path]` says only what is its
+//! own: what every mutation shares (the `Idempotency-Key` header, the
+//! `400`/`413`/`415` of its checks, the ledger's `409` codes and
+//! `Retry-After`, `Idempotent-Replayed` on what a replay can answer) is added
+//! by [`super::openapi`]'s `Shared` modifier.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -30,18 +34,12 @@ fn location(order: &Order) -> String {
     path = "/v1/orders",
     operation_id = "createOrder",
     tag = "orders",
-    params(("Idempotency-Key" = String, Header, description = "Makes the request safe to retry: 1 to 255 printable ASCII characters, not all spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and body replays the first answer; the same key with another request is a `409`. Keys are per user.", min_length = 1, max_length = 255, pattern = "^[ -~]+$")),
     request_body(content = super::openapi::CreateOrder, content_type = "application/json"),
     responses(
         (status = 201, description = "Created.", body = OrderView,
             headers(("Location" = String, description = "`/v1/orders/{id}`."))),
         (status = 200, description = "A replay: an earlier request with this key and body created this order (shown as it is now when its ledger entry was purged).", body = OrderView,
-            headers(("Location" = String, description = "`/v1/orders/{id}`."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is not JSON or repeats a member.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still running; retry after `Retry-After` seconds.", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key (`IDEMPOTENCY_IN_PROGRESS` only)."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.", body = Problem, content_type = "application/problem+json"),
+            headers(("Location" = String, description = "`/v1/orders/{id}`."))),
         (status = 422, description = "`VALIDATION_FAILED`: the body is not an object of the documented members; `errors` lists each failing field. Not recorded: the key stays unused.", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -180,16 +178,12 @@ pub async fn list(
     path = "/v1/orders/{id}",
     operation_id = "updateOrder",
     tag = "orders",
-    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one."), ("Idempotency-Key" = String, Header, description = "Makes the request safe to retry: 1 to 255 printable ASCII characters, not all spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and body replays the first answer; the same key with another request is a `409`. Keys are per user.", min_length = 1, max_length = 255, pattern = "^[ -~]+$")),
+    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one.")),
     request_body(content = super::openapi::UpdateOrder, content_type = "application/json"),
     responses(
-        (status = 200, description = "The order as changed.", body = OrderView, headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is not JSON or repeats a member.", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json", headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 409, description = "`ORDER_NOT_PENDING`: the order is cancelled (recorded and replayed for the key). `IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still running; retry after `Retry-After` seconds.", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key (`IDEMPOTENCY_IN_PROGRESS` only)."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The order as changed.", body = OrderView),
+        (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`ORDER_NOT_PENDING`: the order is cancelled (recorded and replayed for the key).", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`VALIDATION_FAILED`: the body is not an object of the documented members; `errors` lists each failing field. Not recorded: the key stays unused.", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -223,15 +217,10 @@ pub async fn update(
     path = "/v1/orders/{id}",
     operation_id = "cancelOrder",
     tag = "orders",
-    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one."), ("Idempotency-Key" = String, Header, description = "Makes the request safe to retry: 1 to 255 printable ASCII characters, not all spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and body replays the first answer; the same key with another request is a `409`. Keys are per user.", min_length = 1, max_length = 255, pattern = "^[ -~]+$")),
+    params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one.")),
     responses(
-        (status = 200, description = "The cancelled order.", body = OrderView, headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 400, description = "`VALIDATION_FAILED`: the `Idempotency-Key` header is missing, empty, too long, not printable ASCII or sent twice (the `detail` says which). `MALFORMED_JSON`: the body is not JSON or repeats a member.", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json", headers(("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 409, description = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still running; retry after `Retry-After` seconds.", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying with the same key (`IDEMPOTENCY_IN_PROGRESS` only)."), ("Idempotent-Replayed" = String, description = "`true` when this answer was recorded by an earlier request with the same key."))),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The cancelled order.", body = OrderView),
+        (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn cancel(
