@@ -288,14 +288,11 @@ impl Drop for TestApp {
 
 /// An HTTP client that hands every status back instead of failing on 4xx/5xx.
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
+    crate::process::agent(Duration::from_secs(60))
 }
 
-/// One request with `agent`; the whole response read.
+/// One request with `agent`; the whole response read. Panics when no whole
+/// answer arrived ([`crate::process::try_send`] reports that instead).
 pub fn send(
     agent: &ureq::Agent,
     method: &str,
@@ -303,31 +300,7 @@ pub fn send(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> TestResponse {
-    let mut builder = ureq::http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let request = builder
-        .body(body.unwrap_or("").as_bytes().to_vec())
-        .expect("request");
-    let mut response = agent.run(request).expect("the server answered");
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                v.to_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    let body = response.body_mut().read_to_string().unwrap_or_default();
-    TestResponse {
-        status,
-        headers,
-        body,
-    }
+    crate::process::try_send(agent, method, url, headers, body).expect("the server answered")
 }
 
 /// A response, read whole.
