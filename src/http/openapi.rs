@@ -258,44 +258,52 @@ fn string_header(description: &str) -> Header {
 
 /// The optional `X-Request-Id` request header.
 fn add_request_id(operation: &mut Operation) {
-    let parameter = ParameterBuilder::new()
-        .name(REQUEST_ID)
-        .parameter_in(ParameterIn::Header)
-        .required(Required::False)
-        .description(Some(
-            "A request id to log and echo back. A value of 1 to 128 characters of \
-             `A-Za-z0-9-_.:` is used as it is; any other is replaced by one the server \
-             generates (never refused).",
-        ))
-        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
-        .build();
-    operation
-        .parameters
-        .get_or_insert_with(Vec::new)
-        .push(RefOr::T(parameter));
+    add_header_parameter(
+        operation,
+        REQUEST_ID,
+        Required::False,
+        "A request id to log and echo back. A value of 1 to 128 characters of \
+         `A-Za-z0-9-_.:` is used as it is; any other is replaced by one the server \
+         generates (never refused).",
+        ObjectBuilder::new().schema_type(Type::String),
+    );
 }
 
 /// The required `Idempotency-Key` request header of a mutation, with the
 /// bounds [`idempotency::IdempotencyKey`] checks.
 fn add_idempotency_key(operation: &mut Operation) {
     let max = idempotency::MAX_LEN;
-    let parameter = ParameterBuilder::new()
-        .name(idempotency::HEADER)
-        .parameter_in(ParameterIn::Header)
-        .required(Required::True)
-        .description(Some(format!(
+    add_header_parameter(
+        operation,
+        idempotency::HEADER,
+        Required::True,
+        &format!(
             "Makes the request safe to retry: 1 to {max} printable ASCII characters, not all \
              spaces; an RFC 8941 string (`\"abc\"`) means `abc`. A retry with the same key and \
              body replays the first answer; the same key with another request is a `409`. Keys \
              are per user."
-        )))
-        .schema(Some(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .min_length(Some(1))
-                .max_length(Some(max))
-                .pattern(Some("^[ -~]+$")),
-        ))
+        ),
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(max))
+            .pattern(Some("^[ -~]+$")),
+    );
+}
+
+fn add_header_parameter(
+    operation: &mut Operation,
+    name: &str,
+    required: Required,
+    description: &str,
+    schema: ObjectBuilder,
+) {
+    let parameter = ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Header)
+        .required(required)
+        .description(Some(description))
+        .schema(Some(schema))
         .build();
     operation
         .parameters
