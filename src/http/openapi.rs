@@ -5,7 +5,7 @@
 //! mutation shares because it runs through [`super::mutation::Mutation`] (the
 //! `Idempotency-Key` header, the `400`/`413`/`415` of its checks, the ledger's
 //! `409` and `Idempotent-Replayed` on the answers a replay can give), is added
-//! here once, by [`Shared`].
+//! here once, by `Shared`.
 //!
 //! `GET /openapi.json` serves it; the integration suite checks that every
 //! route in [`super::ENDPOINTS`] is in it, and CI runs schemathesis against it.
