@@ -20,7 +20,9 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 
-/// How long a SQLite writer waits for the database lock before giving up.
+/// The least time a SQLite writer waits for the database lock before giving
+/// up (pooled connections wait a little longer than the lease, see
+/// [`SqliteSession`]).
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request waits on PostgreSQL for a row another transaction
 /// holds (in practice: a concurrent request with the same idempotency key)
@@ -226,15 +228,14 @@ impl Pool {
         match url.backend() {
             Backend::Sqlite => {
                 let mut probe = SqliteConnection::establish(url.as_str()).map_err(connect_error)?;
-                SqliteSession
-                    .apply(&mut probe)
-                    .map_err(|e| SetupError::Connect {
-                        target: url.as_str().to_owned(),
-                        cause: e.to_string(),
-                    })?;
+                let session = SqliteSession::for_lease(options.lease);
+                session.apply(&mut probe).map_err(|e| SetupError::Connect {
+                    target: url.as_str().to_owned(),
+                    cause: e.to_string(),
+                })?;
                 drop(probe);
                 pool_builder(options)
-                    .connection_customizer(Box::new(SqliteSession))
+                    .connection_customizer(Box::new(session))
                     .build(ConnectionManager::new(url.as_str()))
                     .map(Pool::Sqlite)
                     .map_err(|e| SetupError::Pool(e.to_string()))
@@ -322,9 +323,11 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
     match url.backend() {
         Backend::Sqlite => {
             let mut conn = SqliteConnection::establish(url.as_str()).map_err(connect_error)?;
-            SqliteSession
-                .apply(&mut conn)
-                .map_err(|e| SetupError::Migrate(e.to_string()))?;
+            SqliteSession {
+                busy_timeout: SQLITE_BUSY_TIMEOUT,
+            }
+            .apply(&mut conn)
+            .map_err(|e| SetupError::Migrate(e.to_string()))?;
             conn.run_pending_migrations(SQLITE_MIGRATIONS)
                 .map(|v| v.len())
                 .map_err(migrate_error)
@@ -361,17 +364,32 @@ pub fn migrations_applied(conn: &mut Conn<'_>) -> Result<bool, DieselError> {
 
 /// Per-connection SQLite settings. `busy_timeout` comes first so that the
 /// following pragmas already wait for a lock instead of failing.
+///
+/// SQLite has one write lock for the whole file, so a request with the same
+/// idempotency key as a running one waits for that lock, whatever key the
+/// holder has. A holder may keep it at most its lease (the ledger rolls back
+/// a holder past its lease), so a writer waits a little longer than the
+/// lease: a duplicate then replays the holder's answer instead of failing
+/// with "database is locked" while the holder is still within its rights.
 #[derive(Debug, Clone, Copy)]
-struct SqliteSession;
+struct SqliteSession {
+    busy_timeout: Duration,
+}
 
 impl SqliteSession {
+    fn for_lease(lease: Duration) -> Self {
+        Self {
+            busy_timeout: (lease + Duration::from_secs(1)).max(SQLITE_BUSY_TIMEOUT),
+        }
+    }
+
     fn apply(&self, conn: &mut SqliteConnection) -> Result<(), DieselError> {
         conn.batch_execute(&format!(
             "PRAGMA busy_timeout = {};
              PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA foreign_keys = ON;",
-            SQLITE_BUSY_TIMEOUT.as_millis()
+            self.busy_timeout.as_millis()
         ))
     }
 }

@@ -212,6 +212,52 @@ fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_hold
     assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
 }
 
+/// SPEC §4: "…or, where the server chooses to wait briefly for the first to
+/// finish, its replay. Never a second execution, never a 5xx." SQLite only:
+/// the duplicate waits for the file's write lock for as long as the holder
+/// may keep it (its lease), then replays — even when the holder keeps it
+/// longer than SQLite's usual 5 s busy timeout.
+#[test]
+fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_answer() {
+    let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
+    let ledger = app.settings.ledger();
+    let body = order_body("Widget", 2, "9.99");
+    let request = CreateRequest::new("held-key", &body);
+
+    let (held, waiting) = std::thread::scope(|s| {
+        let (claimed, on_claimed) = mpsc::channel();
+        let (release, on_release) = mpsc::channel::<()>();
+        let (pool, request, app) = (&app.pool, &request, &app);
+        let holder = s.spawn(move || {
+            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+                let response = request.run(tx);
+                claimed.send(()).expect("report the claim");
+                let _ = on_release.recv_timeout(Duration::from_secs(60));
+                Ok(Completion::Record(response))
+            })
+        });
+        on_claimed
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the holder claimed the key");
+        let waiting = s.spawn(move || app.post_order(Some("held-key"), &request.body));
+        // Longer than SQLite's default busy timeout, well within the lease.
+        std::thread::sleep(Duration::from_secs(6));
+        release.send(()).expect("release the holder");
+        (
+            holder.join().expect("holder thread"),
+            waiting.join().expect("waiting client"),
+        )
+    });
+
+    let Ok(Outcome::Executed(original)) = held else {
+        panic!("the holder did not run: {held:?}")
+    };
+    assert_eq!(waiting.status, 200, "{}", waiting.body);
+    assert_eq!(waiting.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(waiting.body.as_bytes(), original.body.as_slice());
+    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+}
+
 /// SPEC §4: a holder that hangs past its lease loses its claim, the next
 /// request takes the key over and runs, and the hung holder can never commit
 /// afterwards: one execution in all. PostgreSQL only: the server ends a
