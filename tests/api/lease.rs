@@ -162,6 +162,37 @@ both_backends! {
     }
 }
 
+/// Runs `request` through the ledger on a thread that keeps its claim (its
+/// transaction open) until `while_held` returns; returns the holder's outcome
+/// and what `while_held` returned.
+fn with_claim_held<T: Send>(
+    app: &TestApp,
+    request: &CreateRequest,
+    while_held: impl FnOnce() -> T + Send,
+) -> (Result<Outcome, LedgerError<Failed>>, T) {
+    let ledger = app.settings.ledger();
+    std::thread::scope(|s| {
+        let (claimed, on_claimed) = mpsc::channel();
+        let (release, on_release) = mpsc::channel::<()>();
+        let pool = &app.pool;
+        let holder = s.spawn(move || {
+            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+                let response = request.run(tx);
+                claimed.send(()).expect("report the claim");
+                // Dropped (a panic in `while_held`) or sent: either way, finish.
+                let _ = on_release.recv_timeout(Duration::from_secs(60));
+                Ok(Completion::Record(response))
+            })
+        });
+        on_claimed
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the holder claimed the key");
+        let during = while_held();
+        release.send(()).expect("release the holder");
+        (holder.join().expect("holder thread"), during)
+    })
+}
+
 /// SPEC §4: "same key while the first is still running → 409
 /// IDEMPOTENCY_IN_PROGRESS with Retry-After", then the holder's answer is
 /// replayed. PostgreSQL only: there a duplicate waits on the claim's row
@@ -172,33 +203,13 @@ fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_hold
         return;
     }
     let app = TestApp::spawn(orders_api::db::Backend::Postgres);
-    let ledger = app.settings.ledger();
     let body = order_body("Widget", 2, "9.99");
     let request = CreateRequest::new("held-key", &body);
 
-    let held = std::thread::scope(|s| {
-        let (claimed, on_claimed) = mpsc::channel();
-        let (release, on_release) = mpsc::channel::<()>();
-        let (pool, request) = (&app.pool, &request);
-        let holder = s.spawn(move || {
-            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-                let response = request.run(tx);
-                claimed.send(()).expect("report the claim");
-                // Dropped (a panic below) or sent: either way, finish.
-                let _ = on_release.recv_timeout(Duration::from_secs(60));
-                Ok(Completion::Record(response))
-            })
-        });
-        on_claimed
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the holder claimed the key");
-
+    let (held, ()) = with_claim_held(&app, &request, || {
         let waiting = app.post_order(Some("held-key"), &request.body);
         assert_in_progress(&waiting);
         assert_eq!(app.order_count(), 0, "the waiting request created nothing");
-
-        release.send(()).expect("release the holder");
-        holder.join().expect("holder thread")
     });
 
     let Ok(Outcome::Executed(original)) = held else {
@@ -220,33 +231,17 @@ fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_hold
 #[test]
 fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_answer() {
     let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
-    let ledger = app.settings.ledger();
-    let body = order_body("Widget", 2, "9.99");
-    let request = CreateRequest::new("held-key", &body);
+    let request = CreateRequest::new("held-key", &order_body("Widget", 2, "9.99"));
 
     let (held, waiting) = std::thread::scope(|s| {
-        let (claimed, on_claimed) = mpsc::channel();
-        let (release, on_release) = mpsc::channel::<()>();
-        let (pool, request, app) = (&app.pool, &request, &app);
-        let holder = s.spawn(move || {
-            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-                let response = request.run(tx);
-                claimed.send(()).expect("report the claim");
-                let _ = on_release.recv_timeout(Duration::from_secs(60));
-                Ok(Completion::Record(response))
-            })
+        let (held, waiting) = with_claim_held(&app, &request, || {
+            let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
+            // Longer than SQLite's default busy timeout, well within the lease.
+            std::thread::sleep(Duration::from_secs(6));
+            waiting
         });
-        on_claimed
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the holder claimed the key");
-        let waiting = s.spawn(move || app.post_order(Some("held-key"), &request.body));
-        // Longer than SQLite's default busy timeout, well within the lease.
-        std::thread::sleep(Duration::from_secs(6));
-        release.send(()).expect("release the holder");
-        (
-            holder.join().expect("holder thread"),
-            waiting.join().expect("waiting client"),
-        )
+        // The holder has committed; now the waiting request can finish.
+        (held, waiting.join().expect("waiting client"))
     });
 
     let Ok(Outcome::Executed(original)) = held else {
