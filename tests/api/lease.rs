@@ -166,15 +166,14 @@ both_backends! {
 /// transaction open) until `while_held` returns; returns the holder's outcome
 /// and what `while_held` returned.
 fn with_claim_held<T: Send>(
-    app: &TestApp,
+    pool: &Pool,
+    ledger: Ledger,
     request: &CreateRequest,
     while_held: impl FnOnce() -> T + Send,
 ) -> (Result<Outcome, LedgerError<Failed>>, T) {
-    let ledger = app.settings.ledger();
     std::thread::scope(|s| {
         let (claimed, on_claimed) = mpsc::channel();
         let (release, on_release) = mpsc::channel::<()>();
-        let pool = &app.pool;
         let holder = s.spawn(move || {
             ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
                 let response = request.run(tx);
@@ -206,7 +205,7 @@ fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_hold
     let body = order_body("Widget", 2, "9.99");
     let request = CreateRequest::new("held-key", &body);
 
-    let (held, ()) = with_claim_held(&app, &request, || {
+    let (held, ()) = with_claim_held(&app.pool, app.settings.ledger(), &request, || {
         let waiting = app.post_order(Some("held-key"), &request.body);
         assert_in_progress(&waiting);
         assert_eq!(app.order_count(), 0, "the waiting request created nothing");
@@ -234,7 +233,7 @@ fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_an
     let request = CreateRequest::new("held-key", &order_body("Widget", 2, "9.99"));
 
     let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) = with_claim_held(&app, &request, || {
+        let (held, waiting) = with_claim_held(&app.pool, app.settings.ledger(), &request, || {
             let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
             // Longer than SQLite's default busy timeout, well within the lease.
             std::thread::sleep(Duration::from_secs(6));
@@ -272,30 +271,17 @@ fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
     };
     let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
 
-    let (hung, taken_over, in_progress) = std::thread::scope(|s| {
-        let (claimed, on_claimed) = mpsc::channel();
-        let (release, on_release) = mpsc::channel::<()>();
-        let (pool, request) = (&pool, &request);
-        let holder = s.spawn(move || {
-            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-                let response = request.run(tx);
-                claimed.send(()).expect("report the claim");
-                let _ = on_release.recv_timeout(Duration::from_secs(60));
-                Ok(Completion::Record(response))
-            })
-        });
-        on_claimed
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the holder claimed the key");
-
+    let (hung, (taken_over, in_progress)) = with_claim_held(&pool, ledger, &request, || {
         // The holder hangs until the takeover is done.
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut in_progress = 0;
         let taken_over = loop {
             assert!(Instant::now() < deadline, "the key was never taken over");
-            match ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-                Ok(Completion::Record(request.run(tx)))
-            }) {
+            match ledger.execute(
+                &pool,
+                request.ledger(),
+                |tx| -> Result<Completion, Failed> { Ok(Completion::Record(request.run(tx))) },
+            ) {
                 Ok(Outcome::InProgress) => {
                     in_progress += 1;
                     std::thread::sleep(Duration::from_millis(100));
@@ -304,12 +290,7 @@ fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
                 other => panic!("a request waiting for a held key got {other:?}"),
             }
         };
-        release.send(()).expect("release the holder");
-        (
-            holder.join().expect("holder thread"),
-            taken_over,
-            in_progress,
-        )
+        (taken_over, in_progress)
     });
 
     eprintln!("answered in progress {in_progress} time(s) before the takeover");
