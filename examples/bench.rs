@@ -177,17 +177,18 @@ fn new_order(key: &str) -> Order {
 /// The same row the create writes, with no ledger around it.
 fn raw_insert(pool: &Pool, key: &str) {
     let order = new_order(key);
-    let mut pooled = pool.get().expect("connection");
-    let written = pooled
-        .write_transaction(|conn| {
+    let key = key.to_owned();
+    let written = pool
+        .write(move |conn| {
             store::insert(
                 conn,
                 &store::NewRow {
                     order: &order,
-                    idempotency_key: key,
+                    idempotency_key: &key,
                 },
             )
         })
+        .expect("writer")
         .expect("insert");
     assert!(written);
 }
@@ -202,9 +203,10 @@ fn ledger_create(pool: &Pool, ledger: Ledger, key: &str) {
         key: &key,
         fingerprint: &fingerprint,
     };
+    let (unit_key, unit_fingerprint) = (key.clone(), fingerprint.clone());
     let outcome = ledger
-        .execute(pool, request, |tx| {
-            orders::create(tx, "bench", &key, &fingerprint, new).map(|_| {
+        .execute(pool, request, move |tx| {
+            orders::create(tx, "bench", &unit_key, &unit_fingerprint, new).map(|_| {
                 Completion::Record(RecordedResponse {
                     status: 201,
                     headers: Vec::new(),

@@ -1,6 +1,8 @@
 //! API keys: bearer tokens that name a user. Only a SHA-256 hash of each
 //! token is stored; the token itself is shown once, when it is created.
 
+pub mod cache;
+
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel::prelude::*;
 use sha2::{Digest, Sha256};

@@ -8,6 +8,7 @@ mod bodies;
 mod cli;
 mod crash;
 mod expect;
+mod group_commit;
 mod helpers;
 mod idempotency;
 mod lease;
