@@ -625,9 +625,9 @@ fn ext_04(p: &mut Probe<'_>) -> Result<(), Failure> {
         for header in ["Location", "Content-Type"] {
             ensure(replay.header(header) == created.header(header), || {
                 format!(
-                    "{what}: {header} is {:?}, the first answer had {:?}",
-                    replay.header(header),
-                    created.header(header)
+                    "{what}: {header} is {}, the first answer had {}",
+                    replay.header(header).unwrap_or("(none)"),
+                    created.header(header).unwrap_or("(none)")
                 )
             })?;
         }

@@ -111,6 +111,11 @@ impl CheckReport {
     pub fn passed(&self) -> bool {
         self.outcome == Outcome::Pass
     }
+
+    /// What the text report shows of this check: its reason, notes and exchanges.
+    pub fn evidence(&self) -> String {
+        report::evidence(self, "  ")
+    }
 }
 
 impl Attack {

@@ -11,6 +11,8 @@ use serde_json::Value;
 
 /// Longest body or header value kept in the evidence, in characters.
 const EVIDENCE_CHARS: usize = 400;
+/// Distinct answers kept per round of a race.
+const RACE_EXCHANGES_KEPT: usize = 10;
 /// Pages of the listing read to find this run's orders (newest first).
 const LISTING_PAGES: usize = 5;
 /// Response headers worth keeping as evidence; the rest is noise.
@@ -338,7 +340,8 @@ impl<'t> Probe<'t> {
 
     /// `count` identical `POST {base}` with one key, released together by a
     /// barrier, each on its own connection. Returns every answer (or why
-    /// none came), in thread order; keeps one exchange per distinct answer.
+    /// none came), in thread order; keeps one exchange per distinct answer
+    /// (the first ten).
     pub fn race(
         &mut self,
         user: User,
@@ -373,6 +376,7 @@ impl<'t> Probe<'t> {
                 .collect()
         });
         let mut kinds = BTreeSet::new();
+        let mut dropped = 0;
         let mut answers = Vec::with_capacity(results.len());
         for (exchange, result) in results {
             let kind = match &result {
@@ -380,7 +384,11 @@ impl<'t> Probe<'t> {
                 Err(f) => f.0.clone(),
             };
             if kinds.insert(kind) {
-                self.exchanges.push(exchange);
+                if kinds.len() <= RACE_EXCHANGES_KEPT {
+                    self.exchanges.push(exchange);
+                } else {
+                    dropped += 1;
+                }
             }
             if let Ok(r) = &result
                 && (200..300).contains(&r.status)
@@ -389,6 +397,11 @@ impl<'t> Probe<'t> {
                 self.seen.insert((user, id));
             }
             answers.push(result);
+        }
+        if dropped > 0 {
+            self.notes.push(format!(
+                "{dropped} more distinct answers to this round are not kept"
+            ));
         }
         answers
     }

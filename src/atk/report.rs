@@ -71,7 +71,7 @@ fn text(report: &RunReport) -> String {
 /// What a check saw, one line per fact, each starting with `indent`: for a
 /// skip its reason; for a pass the requests and statuses; for a failure the
 /// reason and every exchange with headers and bodies.
-fn evidence(check: &CheckReport, indent: &str) -> String {
+pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
     let mut out = String::new();
     match &check.outcome {
         Outcome::Skip { reason } => {
