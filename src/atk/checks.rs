@@ -545,13 +545,14 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), Failure> {
     let (base, patch) = (p.base().to_owned(), r#"{"quantity":99,"price":0.01}"#);
 
     for method in ["GET", "PATCH", "DELETE"] {
-        let answers: Vec<Response> = [&id, &missing]
+        let answers: Vec<Response> = [(&id, "foreign"), (&missing, "missing")]
             .into_iter()
-            .map(|target_id| {
+            .map(|(target_id, whose)| {
                 let path = format!("{base}/{target_id}");
                 let mut call = Call::new(method, &path).by(User::B);
                 if method != "GET" {
-                    call = call.key(Some(&p.key(&format!("ext-02-{method}-{target_id}"))));
+                    let suffix = format!("ext-02-{}-{whose}", method.to_ascii_lowercase());
+                    call = call.key(Some(&p.key(&suffix)));
                 }
                 if method == "PATCH" {
                     call = call.json(patch);

@@ -488,7 +488,7 @@ impl<'t> Probe<'t> {
             User::B => " for user B",
         };
         self.notes.push(format!(
-            "orders this check created{who} (by the listing): {}",
+            "new orders of this run{who}, by the listing: {}",
             created.len()
         ));
         ensure(created.len() == count, || {
