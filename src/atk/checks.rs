@@ -191,6 +191,20 @@ fn id_of(response: &Response, what: &str) -> Result<String, Failure> {
         .ok_or_else(|| Failure(format!("{what}: no order id in {}", response.brief())))
 }
 
+/// `POST`s `body` as user A with `key`, expects a `201`, returns it and the
+/// order's id.
+fn create(
+    p: &mut Probe<'_>,
+    key: &str,
+    body: &str,
+    what: &str,
+) -> Result<(Response, String), Failure> {
+    let created = p.post(User::A, Some(key), body)?;
+    expect_status(&created, 201, what)?;
+    let id = id_of(&created, what)?;
+    Ok((created, id))
+}
+
 /// Sends each body with `key` and expects `status` for each, then no order.
 fn refused_each(
     p: &mut Probe<'_>,
@@ -257,9 +271,7 @@ fn atk_02(p: &mut Probe<'_>) -> Result<(), Failure> {
 fn atk_03(p: &mut Probe<'_>) -> Result<(), Failure> {
     let key = p.key("03");
     let body = p.order_body("2", "9.99");
-    let first = p.post(User::A, Some(&key), &body)?;
-    expect_status(&first, 201, "the first request")?;
-    let id = id_of(&first, "the first request")?;
+    let (first, id) = create(p, &key, &body, "the first request")?;
 
     let tampered = p.post(User::A, Some(&key), &p.order_body("99", "0.01"))?;
     if tampered.status != 409 {
@@ -489,9 +501,7 @@ fn atk_12(p: &mut Probe<'_>) -> Result<(), Failure> {
     ];
     let body = p.order_body("2", "9.99");
     for key in &keys {
-        let created = p.post(User::A, Some(key), &body)?;
-        expect_status(&created, 201, &format!("the key {key:?}"))?;
-        let id = id_of(&created, &format!("the key {key:?}"))?;
+        let (_, id) = create(p, key, &body, &format!("the key {key:?}"))?;
         let retry = p.post(User::A, Some(key), &body)?;
         expect_status(&retry, 200, &format!("the retry with the key {key:?}"))?;
         ensure(retry.id().as_deref() == Some(id.as_str()), || {
@@ -508,9 +518,7 @@ fn atk_12(p: &mut Probe<'_>) -> Result<(), Failure> {
 fn ext_01(p: &mut Probe<'_>) -> Result<(), Failure> {
     let key = p.key("ext-01");
     let body = p.order_body("2", "9.99");
-    let alices = p.post(User::A, Some(&key), &body)?;
-    expect_status(&alices, 201, "user A's request")?;
-    let a = id_of(&alices, "user A's request")?;
+    let (_, a) = create(p, &key, &body, "user A's request")?;
     let bobs = p.post(User::B, Some(&key), &body)?;
     if bobs.id().as_deref() == Some(a.as_str()) {
         return Err(Failure(format!(
@@ -538,9 +546,7 @@ fn ext_01(p: &mut Probe<'_>) -> Result<(), Failure> {
 
 fn ext_02(p: &mut Probe<'_>) -> Result<(), Failure> {
     let body = p.order_body("1", "250.00");
-    let created = p.post(User::A, Some(&p.key("ext-02")), &body)?;
-    expect_status(&created, 201, "user A's order")?;
-    let id = id_of(&created, "user A's order")?;
+    let (created, id) = create(p, &p.key("ext-02"), &body, "user A's order")?;
     let missing = uuid::Uuid::now_v7().to_string();
     let (base, patch) = (p.base().to_owned(), r#"{"quantity":99,"price":0.01}"#);
 
@@ -605,8 +611,7 @@ fn ext_03(p: &mut Probe<'_>) -> Result<(), Failure> {
 fn ext_04(p: &mut Probe<'_>) -> Result<(), Failure> {
     let key = p.key("ext-04");
     let body = p.order_body("2", "9.99");
-    let created = p.post(User::A, Some(&key), &body)?;
-    expect_status(&created, 201, "the first request")?;
+    let (created, _) = create(p, &key, &body, "the first request")?;
     ensure(created.header("Location").is_some(), || {
         "the 201 has no Location".into()
     })?;
