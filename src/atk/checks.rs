@@ -372,6 +372,15 @@ fn judge_race(p: &mut Probe<'_>, round: usize, responses: &[Response]) -> Result
     ensure(created == 1, || {
         format!("round {round}: expected exactly one 201, got {created}")
     })?;
+    if let Some(blank) = responses
+        .iter()
+        .find(|r| r.status == 200 && r.id().is_none())
+    {
+        return Err(Failure(format!(
+            "round {round}: a concurrent duplicate was answered 200 without the order: {}",
+            blank.brief()
+        )));
+    }
     if let Some(other) = responses
         .iter()
         .find(|r| !matches!(r.status, 200 | 201 | 409))

@@ -283,7 +283,7 @@ const CASES: &[(Breakage, &str, &str)] = &[
     (
         Breakage::FreshKeyPerRequest,
         "ATK-05",
-        "concurrent requests with one key created 8 orders",
+        "8 concurrent requests with one key created ",
     ),
     (
         Breakage::InvalidAsCreated,
@@ -366,7 +366,7 @@ fn each_attack_fails_with_its_evidence_against_a_target_that_breaks_its_rule() {
                 .unwrap_or_default()
                 .split(", ")
                 .collect();
-            assert_eq!(ids.len(), 8, "{reason}");
+            assert!(ids.len() >= 2, "{reason}");
             for order in ids {
                 assert!(
                     crate::expect::stored_order(&app, "alice", order).is_some(),
