@@ -450,7 +450,7 @@ fn atk_09(p: &mut Probe<'_>) -> Result<(), Failure> {
                 .header("Content-Type", content_type)
                 .body("item=Widget&quantity=2&price=9.99"),
         )?;
-        let what = format!("a {content_type} POST");
+        let what = format!("the {content_type} POST");
         expect_status(&form, 415, &what)?;
         expect_no_grant(&form, &what)?;
     }

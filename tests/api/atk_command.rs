@@ -143,6 +143,7 @@ fn orders_api_atk_exits_non_zero_with_the_evidence_when_a_check_fails() {
     );
 
     let (out, err) = (stdout(&output), stderr(&output));
+    eprintln!("{out}");
     assert_eq!(output.status.code(), Some(1), "{out}\n{err}");
     assert!(out.contains("FAIL  ATK-03"), "{out}");
     assert!(
