@@ -32,6 +32,8 @@ pub enum Command {
     Keys(KeysCommand),
     /// Delete expired idempotency-ledger entries once and print how many.
     Purge,
+    /// Run the attack scenarios (SPEC §5) against a live server and report pass/fail/skip.
+    Atk(crate::atk::AtkArgs),
 }
 
 #[derive(Debug, Clone, Subcommand)]

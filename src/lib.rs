@@ -4,8 +4,10 @@
 //! - [`orders`]: the orders domain;
 //! - [`http`]: routes, authentication, bodies, errors;
 //! - [`db`]: backends, pool, migrations; [`auth`]: API keys;
-//! - [`config`], [`cli`], [`startup`], [`telemetry`]: the process around them.
+//! - [`config`], [`cli`], [`startup`], [`telemetry`]: the process around them;
+//! - [`atk`]: the attack scenarios, run against any deployment (`orders-api atk`).
 
+pub mod atk;
 pub mod auth;
 pub mod cli;
 pub mod config;

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod atk;
+mod atk_broken;
+mod atk_command;
 mod auth;
 mod bodies;
 mod cli;
