@@ -128,10 +128,10 @@ impl Target {
     }
 
     fn cleanup(&self) {
-        if let Target::Postgres { admin, name, .. } = self {
-            if let Ok(mut conn) = PgConnection::establish(admin) {
-                let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
-            }
+        if let Target::Postgres { admin, name, .. } = self
+            && let Ok(mut conn) = PgConnection::establish(admin)
+        {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
         }
     }
 }
@@ -218,7 +218,12 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
     add_expired_backlog(&pool, PURGE_BACKLOG);
     let purging = Server::start(config, target, &[("PURGE_INTERVAL_SECS", "1")]);
     std::thread::sleep(Duration::from_millis(1_500)); // the first purge round starts
-    let result = wrk_all(config, &[purging.base.clone()], &scripts.create, &[]);
+    let result = wrk_all(
+        config,
+        std::slice::from_ref(&purging.base),
+        &scripts.create,
+        &[],
+    );
     report.add("create while purging 1M expired", result);
     report.purge_left = Some(ledger_expired(&pool));
     drop(purging);

@@ -7,22 +7,28 @@
 //! 1. **read**: a completed entry for `(key, user)` is answered at once —
 //!    replayed when the fingerprint matches, refused when it does not. No
 //!    write, no lock: a replay costs what a read costs.
-//! 2. **claim**: otherwise one writing transaction inserts the claim
-//!    (`INSERT … ON CONFLICT DO NOTHING`). A concurrent request with the same
-//!    key conflicts on the primary key: on PostgreSQL it waits for the
-//!    holder's transaction and then replays its answer (or is told
-//!    `IDEMPOTENCY_IN_PROGRESS` after `lock_timeout`); on SQLite writers are
-//!    serialised, so it finds the completed entry.
-//! 3. **execute and record**: the mutation runs on the same connection,
-//!    inside the same transaction, and its response is written into the
-//!    claim row before the commit. Both persist or neither does: a crash or a
-//!    5xx rolls back the claim with the change, and the key is free again.
+//! 2. **execute**: otherwise the mutation runs as one unit of writing
+//!    ([`Pool::write`]: a savepoint of a group-committed transaction on
+//!    SQLite, a transaction on PostgreSQL).
+//! 3. **record**: in the same unit, after the change, the response is
+//!    written as the key's entry with `INSERT … ON CONFLICT DO NOTHING`.
+//!    When that inserts nothing, another request recorded this key since the
+//!    read: the unit is rolled back — its change with it — and that entry
+//!    answers (a replay, or a refusal). So exactly one request per key ever
+//!    commits its change, and a change never persists without its entry.
 //!
-//! The claim is never committed without its response, so a holder that dies
-//! takes its claim with it. The lease bounds a holder that is alive but hung:
-//! it may not record after its lease has run out (checked before the commit),
-//! and on PostgreSQL the server ends any session idle in a transaction, or in
-//! one statement, for longer than the lease.
+//! Concurrent requests with one key never run their mutations side by side:
+//! on SQLite units run one at a time; on PostgreSQL each unit first takes a
+//! transaction-scoped advisory lock on the key ([`store::lock_key`]), so a
+//! second one waits — and finds the first's entry once it commits, or gives
+//! up after `lock_timeout` with `IDEMPOTENCY_IN_PROGRESS`.
+//!
+//! Nothing of a request is committed before its response, so a holder that
+//! dies takes everything with it and its key is free at once. The lease
+//! bounds a holder that is alive but hung: it may not record after its lease
+//! has run out (the fence, checked in the unit before the record), and on
+//! PostgreSQL the server ends any session idle in a transaction, or in one
+//! statement, for longer than the lease.
 
 mod fingerprint;
 mod key;
@@ -149,8 +155,9 @@ impl<E> From<WriteError> for LedgerError<E> {
     }
 }
 
-/// The transaction that holds a fresh claim. Only the ledger makes one, so a
-/// function that takes it can only run as a claimed, recorded mutation.
+/// The unit of writing in which the ledger will record this request's key.
+/// Only the ledger makes one, so a function that takes it can only run as a
+/// recorded mutation.
 pub struct ClaimedTx<'t, 'c> {
     conn: &'t mut Conn<'c>,
 }
@@ -219,40 +226,58 @@ impl Ledger {
         }
 
         let now = Utc::now();
-        // Every committed entry is complete (claim and response commit
-        // together), so retention alone decides when it may go.
+        // Every committed entry is complete (the change and its response
+        // commit together), so retention alone decides when it may go.
         let keep = chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
         let expires_at = now
             .checked_add_signed(keep)
             .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
         let lease = self.lease;
         let unit = move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E>> {
-            if !store::claim(conn, &key, &user, &fingerprint, now, expires_at)? {
-                // Someone else holds or held the key; their unit is over.
-                let entry = store::find(conn, &key, &user)?;
-                return Ok(entry
-                    .and_then(|e| decide(&e, &fingerprint))
-                    .unwrap_or(Outcome::InProgress));
-            }
-            // The lease runs from the moment the claim is held, not from the
-            // request's start: a request that waited for a dying holder's
-            // lock still gets its whole lease.
-            let claimed_at = Instant::now();
-            let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
-            match completion {
-                Completion::ReplayFound(response) => {
-                    Err(Abort::Release(Outcome::Replayed(response)))
+            let entry = |conn: &mut Conn<'_>| -> Result<Option<Outcome>, Abort<E>> {
+                Ok(store::find(conn, &key, &user)?.and_then(|e| decide(&e, &fingerprint)))
+            };
+            if !store::lock_key(conn, &key, &user)? {
+                // Another unit held the key until now; it may have recorded it.
+                if let Some(outcome) = entry(conn)? {
+                    return Err(Abort::Release(outcome));
                 }
-                Completion::KeyReusedFound => Err(Abort::Release(Outcome::KeyReused)),
+            }
+            // The lease runs from the moment the unit holds the key, not
+            // from the request's start: a request that waited for a dying
+            // holder still gets its whole lease.
+            let started = Instant::now();
+            let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
+            let found = match completion {
+                // The effect exists already; the key's own entry, when it
+                // has one by now, is the answer it recorded.
+                Completion::ReplayFound(response) => {
+                    entry(conn)?.unwrap_or(Outcome::Replayed(response))
+                }
+                Completion::KeyReusedFound => entry(conn)?.unwrap_or(Outcome::KeyReused),
                 Completion::Record(response) => {
                     // The fence: a holder past its lease must not commit.
-                    if claimed_at.elapsed() >= lease {
+                    if started.elapsed() >= lease {
                         return Err(Abort::LeaseExpired);
                     }
-                    store::complete(conn, &key, &user, &response.recordable())?;
-                    Ok(Outcome::Executed(response))
+                    let new = store::NewEntry {
+                        key: &key,
+                        user_id: &user,
+                        fingerprint: &fingerprint,
+                        response: &response.recordable(),
+                        created_at: now,
+                        expires_at,
+                    };
+                    if store::record(conn, &new)? {
+                        return Ok(Outcome::Executed(response));
+                    }
+                    // Recorded by another request since the read: this
+                    // unit's change must not persist; that entry answers.
+                    entry(conn)?.unwrap_or(Outcome::InProgress)
                 }
-            }
+            };
+            // Roll back: what the mutation did (if anything) must not stay.
+            Err(Abort::Release(found))
         };
         match pool.write(unit)? {
             Ok(outcome) => Ok(outcome),

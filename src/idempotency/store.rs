@@ -12,9 +12,8 @@ use crate::db::{Conn, dispatch};
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub fingerprint: String,
-    /// `None` while the claim's transaction has not finished. Committed rows
-    /// always carry their response, because the claim and the response are
-    /// written in one transaction.
+    /// Always present on rows this version writes (an entry is written
+    /// with its response); `None` only for a row that lacks one.
     pub response: Option<RecordedResponse>,
 }
 
@@ -40,57 +39,86 @@ pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<Option
     }))
 }
 
-/// `INSERT … ON CONFLICT DO NOTHING`: `true` when this call took the key.
-/// On PostgreSQL a concurrent, uncommitted claim of the same key makes this
-/// wait (at most `lock_timeout`) for that transaction to end.
-pub fn claim(
-    conn: &mut Conn<'_>,
-    key: &str,
-    user_id: &str,
-    fingerprint: &str,
-    now: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-) -> QueryResult<bool> {
+diesel::define_sql_function! {
+    /// PostgreSQL: takes a transaction-scoped advisory lock if it is free.
+    fn pg_try_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
+}
+
+diesel::define_sql_function! {
+    /// PostgreSQL: waits (at most `lock_timeout`) for a transaction-scoped
+    /// advisory lock. Returns `void`; only ever executed, never read.
+    fn pg_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
+}
+
+/// The advisory-lock id of `(key, user_id)`: 64 bits of a SHA-256, so two
+/// keys share a lock only by a chance of one in 2^64 (and then merely wait).
+fn lock_id(key: &str, user_id: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(user_id.as_bytes())
+        .chain_update([0])
+        .chain_update(key.as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// Makes this unit the only one running for `(key, user_id)` until it ends:
+/// `true` at once when no other unit held the key, `false` after waiting for
+/// one that did (which may have recorded the key meanwhile). On PostgreSQL a
+/// transaction-scoped advisory lock, across processes; the wait gives up
+/// after `lock_timeout` with an error that [`crate::db::classify`] calls a
+/// lock timeout. On SQLite nothing to do: the writer (and `BEGIN IMMEDIATE`
+/// across processes) runs one unit at a time.
+pub fn lock_key(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<bool> {
+    match conn {
+        Conn::Sqlite(_) => Ok(true),
+        Conn::Postgres(c) => {
+            let id = lock_id(key, user_id);
+            if diesel::select(pg_try_advisory_xact_lock(id)).get_result::<bool>(*c)? {
+                return Ok(true);
+            }
+            diesel::select(pg_advisory_xact_lock(id)).execute(*c)?;
+            Ok(false)
+        }
+    }
+}
+
+/// A completed entry, as [`record`] writes it.
+pub struct NewEntry<'a> {
+    pub key: &'a str,
+    pub user_id: &'a str,
+    pub fingerprint: &'a str,
+    pub response: &'a RecordedResponse,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Writes the key's entry with its response, `INSERT … ON CONFLICT DO
+/// NOTHING`: `true` when this call wrote it, `false` when the key already
+/// has an entry. On PostgreSQL a concurrent, uncommitted entry for the same
+/// key makes this wait (at most `lock_timeout`) for that transaction to end.
+pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
+    let headers = entry.response.headers_json();
+    let status = i32::from(entry.response.status);
     let inserted = dispatch!(conn, c, s => {
         use s::idempotency_ledger::dsl as l;
         diesel::insert_into(l::idempotency_ledger)
             .values((
-                l::idempotency_key.eq(key),
-                l::user_id.eq(user_id),
-                l::request_fingerprint.eq(fingerprint),
-                l::created_at.eq(now),
-                l::expires_at.eq(expires_at),
+                l::idempotency_key.eq(entry.key),
+                l::user_id.eq(entry.user_id),
+                l::request_fingerprint.eq(entry.fingerprint),
+                l::response_status.eq(Some(status)),
+                l::response_headers.eq(Some(&headers)),
+                l::response_body.eq(Some(&entry.response.body)),
+                l::created_at.eq(entry.created_at),
+                l::expires_at.eq(entry.expires_at),
             ))
             .on_conflict_do_nothing()
             .execute(c)
     })?;
     Ok(inserted == 1)
-}
-
-/// Stores the response of the claim this transaction holds.
-pub fn complete(
-    conn: &mut Conn<'_>,
-    key: &str,
-    user_id: &str,
-    response: &RecordedResponse,
-) -> QueryResult<()> {
-    let headers = response.headers_json();
-    let status = i32::from(response.status);
-    let updated = dispatch!(conn, c, s => {
-        use s::idempotency_ledger::dsl as l;
-        diesel::update(l::idempotency_ledger.filter(l::idempotency_key.eq(key).and(l::user_id.eq(user_id))))
-            .set((
-                l::response_status.eq(Some(status)),
-                l::response_headers.eq(Some(&headers)),
-                l::response_body.eq(Some(&response.body)),
-            ))
-            .execute(c)
-    })?;
-    if updated == 1 {
-        Ok(())
-    } else {
-        Err(diesel::result::Error::NotFound)
-    }
 }
 
 /// Deletes at most `limit` expired rows; returns how many went.
