@@ -173,3 +173,84 @@ fn list_keys(keys: &[auth::ApiKeyInfo], out: &mut dyn Write) -> std::io::Result<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::db::DatabaseUrl;
+
+    /// Runs `orders-api ARGS` in this process; its error as the user sees it.
+    fn outcome(args: &[&str]) -> Result<(), String> {
+        let argv = ["orders-api"].iter().chain(args).copied();
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
+        execute(cli.into_command(), &mut Vec::new()).map_err(|e| e.to_string())
+    }
+
+    fn assert_one_line(result: Result<(), String>) -> Result<(), TestCaseError> {
+        if let Err(message) = result {
+            prop_assert_eq!(message.lines().count(), 1, "{:?}", message);
+        }
+        Ok(())
+    }
+
+    /// Any string, and strings near what the parsers look for.
+    fn argument() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "oa_[0-9a-fA-F]{0,70}(…|\\.\\.\\.)?\\PC{0,3}",
+            "[0-9]{1,25}",
+            "\\PC{0,12}",
+            "(sqlite:|postgres://|file:)?\\PC{0,20}",
+            "[a-z]{1,8}=\\PC{0,10}( [a-z]{1,8}=\\PC{0,5})?",
+        ]
+    }
+
+    #[test]
+    fn no_argument_makes_a_keys_command_panic_and_every_error_is_one_line() {
+        let path = std::env::temp_dir().join(format!(
+            "orders-cli-props-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let db = path.display().to_string();
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(200));
+        let result = runner.run(&argument(), |arg| {
+            assert_one_line(outcome(&[
+                "keys",
+                "revoke",
+                "--database-url",
+                &db,
+                "--",
+                &arg,
+            ]))?;
+            assert_one_line(outcome(&[
+                "keys",
+                "create",
+                "--database-url",
+                &db,
+                "--",
+                &arg,
+            ]))
+        });
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{db}{suffix}"));
+        }
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn no_database_url_makes_parsing_panic_and_every_refusal_is_one_line(raw in argument()) {
+            if let Err(message) = DatabaseUrl::parse(&raw) {
+                prop_assert_eq!(message.lines().count(), 1, "{:?}", message);
+            }
+            let _ = format!("{:?}", DatabaseUrl::parse(&raw));
+        }
+    }
+}
