@@ -7,6 +7,7 @@ mod auth;
 mod bodies;
 mod cli;
 mod crash;
+mod docs;
 mod expect;
 mod helpers;
 mod idempotency;
