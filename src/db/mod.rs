@@ -1,6 +1,6 @@
-//! Storage plumbing shared by every part of the service: which backend, the
-//! connection pool, migrations, and the one place that knows how a writing
-//! transaction is opened on each backend.
+//! Storage plumbing shared by every part of the service: which backend
+//! (`url.rs`), the connection pool, migrations (`migrate.rs`), and the one
+//! place that knows how a writing transaction is opened on each backend.
 //!
 //! Query code is written once and compiled for both backends by
 //! [`dispatch!`]; a statement that only one backend understands lives in a

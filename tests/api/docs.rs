@@ -75,7 +75,10 @@ fn every_documentation_link_resolves_inside_the_repository() {
     let mut files = Vec::new();
     markdown_files(&root, &mut files);
     assert!(files.iter().any(|f| f.ends_with("README.md")), "{files:?}");
-    assert!(files.iter().any(|f| f.ends_with("docs/CONTRACT.md")), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.ends_with("docs/CONTRACT.md")),
+        "{files:?}"
+    );
     let mut broken = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
@@ -104,7 +107,10 @@ fn every_documentation_link_resolves_inside_the_repository() {
             if !anchor.is_empty() {
                 let headings = anchors(&std::fs::read_to_string(&target).unwrap_or_default());
                 if !headings.iter().any(|h| h == anchor) {
-                    broken.push(format!("{shown}: {link} names no heading of {}", target.display()));
+                    broken.push(format!(
+                        "{shown}: {link} names no heading of {}",
+                        target.display()
+                    ));
                 }
             }
         }
