@@ -60,7 +60,7 @@ impl Cli {
 /// The database a one-shot command opens.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
-    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST[:PORT]/DB.
+    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true,
           value_parser = DatabaseUrl::parse)]
     pub database_url: DatabaseUrl,
@@ -109,7 +109,7 @@ pub enum KeysCommand {
 /// The server's settings (`serve`, and the bare `orders-api`).
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
-    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST[:PORT]/DB.
+    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL,
           value_parser = DatabaseUrl::parse)]
     pub database_url: DatabaseUrl,
