@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for the test suite.
 #
-#   scripts/pg-cluster.sh start DIR   # prints the admin URL on stdout
+#   scripts/pg-cluster.sh start DIR   # prints a URL on stdout
 #   scripts/pg-cluster.sh stop DIR
+#
+# The URL names a database `orders` (created here) that the server can serve
+# on at once: `DATABASE_URL=$(scripts/pg-cluster.sh start /tmp/pg) orders-api`.
+# Its user `postgres` may create databases, so the same URL serves as the test
+# suite's TEST_DATABASE_URL (each test creates a database of its own beside it).
 #
 # `start` on a DIR whose cluster was stopped starts it again on the same data
 # and the same port, so that clients reconnect by themselves (outage tests).
@@ -44,7 +49,11 @@ case "$cmd" in
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
       start >&2
     echo "$port" >"$dir/port"
-    echo "postgres://postgres@127.0.0.1:$port/postgres"
+    psql() { as_owner "$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qtAX "$@"; }
+    if [ "$(psql -c "SELECT 1 FROM pg_database WHERE datname = 'orders'")" != 1 ]; then
+      psql -c "CREATE DATABASE orders" >&2
+    fi
+    echo "postgres://postgres@127.0.0.1:$port/orders"
     ;;
   stop)
     [ -d "$dir/data" ] && as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop >&2 || true

@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use crate::auth;
-use crate::config::{Cli, Command, KeysCommand, Settings};
+use crate::auth::{self, KeyRef, Revocation};
+use crate::config::{Cli, Command, DatabaseArgs, KeysArgs, KeysCommand, Settings};
 use crate::db::{self, Pool};
 use crate::startup::{self, Application};
 
@@ -16,31 +16,46 @@ pub enum CliError {
     Bind(#[from] startup::BindError),
     #[error(transparent)]
     Keys(#[from] auth::KeyAdminError),
-    #[error("database error: {0}")]
+    #[error("database error: {}", db::one_line(.0))]
     Database(String),
-    #[error("no active key matches {0}")]
-    NoSuchKey(String),
-    #[error("{0}")]
+    #[error("no key matches {0}")]
+    NoSuchKey(KeyRef),
+    #[error("key {id} was already revoked at {}", .at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))]
+    AlreadyRevoked {
+        id: i64,
+        at: chrono::DateTime<chrono::Utc>,
+    },
+    #[error("{count} active keys match {key}: revoke one by its id (see `orders-api keys list`)")]
+    Ambiguous { key: KeyRef, count: usize },
+    #[error("cannot write the output: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Atk(#[from] crate::atk::AtkError),
 }
 
+fn database_error(e: impl std::fmt::Display) -> CliError {
+    CliError::Database(e.to_string())
+}
+
+/// Runs a command; what it prints for the user goes to stdout.
 pub fn run(cli: Cli) -> Result<(), CliError> {
-    let settings = cli.settings;
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => serve(&settings),
-        Command::Migrate => {
-            let applied = db::run_migrations(&settings.database_url)?;
+    execute(cli.into_command(), &mut std::io::stdout().lock())
+}
+
+/// Runs `command`, writing its output to `out`.
+pub fn execute(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
+    match command {
+        Command::Serve(settings) => serve(&settings),
+        Command::Migrate(database) => {
+            let applied = db::run_migrations(&database.database_url)?;
             tracing::info!(applied, "migrations applied");
             Ok(())
         }
-        Command::Keys(command) => keys(&settings, command),
-        Command::Purge => {
-            let pool = Pool::connect(&settings.database_url, &one_connection(&settings))?;
-            let purged =
-                startup::purge_all(&pool).map_err(|e| CliError::Database(e.to_string()))?;
-            println!("{purged}");
+        Command::Keys(keys_args) => keys(keys_args, out),
+        Command::Purge(database) => {
+            let pool = Pool::connect(&database.database_url, &database.one_connection())?;
+            let purged = startup::purge_all(&pool).map_err(database_error)?;
+            writeln!(out, "{purged}")?;
             Ok(())
         }
         Command::Atk(args) => Ok(crate::atk::run(&args)?),
@@ -76,15 +91,6 @@ fn serve(settings: &Settings) -> Result<(), CliError> {
     })
 }
 
-/// A one-shot command needs one connection, opened before it starts, and no
-/// pool thread still connecting in the background when the process exits.
-fn one_connection(settings: &Settings) -> db::PoolOptions {
-    db::PoolOptions {
-        max_size: 1,
-        ..settings.pool_options()
-    }
-}
-
 fn local_addr(bind: &str, port: u16) -> String {
     match bind.rsplit_once(':') {
         Some((host, _)) => format!("{host}:{port}"),
@@ -93,60 +99,161 @@ fn local_addr(bind: &str, port: u16) -> String {
 }
 
 fn create_demo_key_if_none(pool: &Pool) -> Result<Option<String>, CliError> {
-    let mut pooled = pool.get().map_err(|e| CliError::Database(e.to_string()))?;
+    let mut pooled = pool.get().map_err(database_error)?;
     let mut conn = pooled.conn();
-    if auth::any_exist(&mut conn).map_err(|e| CliError::Database(e.to_string()))? {
+    if auth::any_exist(&mut conn).map_err(database_error)? {
         return Ok(None);
     }
     Ok(Some(auth::create(&mut conn, "demo")?))
 }
 
-fn keys(settings: &Settings, command: KeysCommand) -> Result<(), CliError> {
-    db::run_migrations(&settings.database_url)?;
-    let pool = Pool::connect(&settings.database_url, &one_connection(settings))?;
-    let mut pooled = pool.get().map_err(|e| CliError::Database(e.to_string()))?;
-    let mut conn = pooled.conn();
-    let mut out = std::io::stdout().lock();
-    match command {
+fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    // The argument first: a bad one is refused before the database is opened.
+    let key = match &args.command {
         KeysCommand::Create { user_id } => {
+            auth::check_user_id(user_id)?;
+            None
+        }
+        KeysCommand::List => None,
+        KeysCommand::Revoke { token_or_id } => Some(KeyRef::parse(token_or_id)?),
+    };
+    let pool = open(&args.database)?;
+    let mut pooled = pool.get().map_err(database_error)?;
+    let mut conn = pooled.conn();
+    match (args.command, key) {
+        (KeysCommand::Create { user_id }, _) => {
             let token = auth::create(&mut conn, &user_id)?;
             writeln!(out, "{token}")?;
         }
-        KeysCommand::List => {
-            let keys = auth::list(&mut conn).map_err(|e| CliError::Database(e.to_string()))?;
-            writeln!(
-                out,
-                "{:<6} {:<24} {:<14} {:<25} REVOKED",
-                "ID", "USER", "PREFIX", "CREATED"
-            )?;
-            for k in keys {
-                let revoked = k
-                    .revoked_at
-                    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-                writeln!(
-                    out,
-                    "{:<6} {:<24} {:<14} {:<25} {}",
-                    k.id,
-                    k.user_id,
-                    format!("{}…", k.token_prefix),
-                    k.created_at
-                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                    revoked.as_deref().unwrap_or("-")
-                )?;
+        (KeysCommand::List, _) => list_keys(&auth::list(&mut conn).map_err(database_error)?, out)?,
+        (KeysCommand::Revoke { .. }, Some(key)) => {
+            match auth::revoke(&mut conn, &key).map_err(database_error)? {
+                Revocation::Revoked { id, user_id } => {
+                    writeln!(out, "revoked key {id} of user {user_id}")?;
+                }
+                Revocation::AlreadyRevoked { id, at } => {
+                    return Err(CliError::AlreadyRevoked { id, at });
+                }
+                Revocation::NoMatch => return Err(CliError::NoSuchKey(key)),
+                Revocation::Ambiguous(count) => return Err(CliError::Ambiguous { key, count }),
             }
         }
-        KeysCommand::Revoke { token_or_id } => {
-            if !auth::revoke(&mut conn, &token_or_id)
-                .map_err(|e| CliError::Database(e.to_string()))?
-            {
-                return Err(CliError::NoSuchKey(if token_or_id.len() > 12 {
-                    format!("{}…", &token_or_id[..12.min(token_or_id.len())])
-                } else {
-                    token_or_id
-                }));
-            }
-            writeln!(out, "revoked")?;
+        (KeysCommand::Revoke { .. }, None) => {
+            return Err(auth::KeyAdminError::BadKeyReference.into());
         }
     }
     Ok(())
+}
+
+/// Applies pending migrations (nothing is written when none is pending) and
+/// opens one connection.
+fn open(database: &DatabaseArgs) -> Result<Pool, CliError> {
+    db::run_migrations(&database.database_url)?;
+    Ok(Pool::connect(
+        &database.database_url,
+        &database.one_connection(),
+    )?)
+}
+
+fn list_keys(keys: &[auth::ApiKeyInfo], out: &mut dyn Write) -> std::io::Result<()> {
+    let time =
+        |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    writeln!(
+        out,
+        "{:<6} {:<24} {:<14} {:<25} REVOKED",
+        "ID", "USER", "PREFIX", "CREATED"
+    )?;
+    for k in keys {
+        writeln!(
+            out,
+            "{:<6} {:<24} {:<14} {:<25} {}",
+            k.id,
+            k.user_id,
+            format!("{}…", k.token_prefix),
+            time(&k.created_at),
+            k.revoked_at.as_ref().map(time).as_deref().unwrap_or("-")
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::db::DatabaseUrl;
+
+    /// Runs `orders-api ARGS` in this process; its error as the user sees it.
+    fn outcome(args: &[&str]) -> Result<(), String> {
+        let argv = ["orders-api"].iter().chain(args).copied();
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.kind().to_string())?;
+        execute(cli.into_command(), &mut Vec::new()).map_err(|e| e.to_string())
+    }
+
+    fn assert_one_line(result: Result<(), String>) -> Result<(), TestCaseError> {
+        if let Err(message) = result {
+            prop_assert_eq!(message.lines().count(), 1, "{:?}", message);
+        }
+        Ok(())
+    }
+
+    /// Any string, and strings near what the parsers look for.
+    fn argument() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "oa_[0-9a-fA-F]{0,70}(…|\\.\\.\\.)?\\PC{0,3}",
+            "[0-9]{1,25}",
+            "\\PC{0,12}",
+            "(sqlite:|postgres://|file:)?\\PC{0,20}",
+            "[a-z]{1,8}=\\PC{0,10}( [a-z]{1,8}=\\PC{0,5})?",
+        ]
+    }
+
+    #[test]
+    fn no_argument_makes_a_keys_command_panic_and_every_error_is_one_line() {
+        let path = std::env::temp_dir().join(format!(
+            "orders-cli-props-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let db = path.display().to_string();
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(200));
+        let result = runner.run(&argument(), |arg| {
+            assert_one_line(outcome(&[
+                "keys",
+                "revoke",
+                "--database-url",
+                &db,
+                "--",
+                &arg,
+            ]))?;
+            assert_one_line(outcome(&[
+                "keys",
+                "create",
+                "--database-url",
+                &db,
+                "--",
+                &arg,
+            ]))
+        });
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{db}{suffix}"));
+        }
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn no_database_url_makes_parsing_panic_and_every_refusal_is_one_line(raw in argument()) {
+            if let Err(message) = DatabaseUrl::parse(&raw) {
+                prop_assert_eq!(message.lines().count(), 1, "{:?}", message);
+            }
+            let _ = format!("{:?}", DatabaseUrl::parse(&raw));
+        }
+    }
 }

@@ -1,5 +1,11 @@
 //! Command line and settings. Every setting is a flag and an environment
 //! variable; a flag wins.
+//!
+//! Each command declares the settings it uses, so its `--help` shows only
+//! those: the server's on `serve` (and on the bare `orders-api`, which
+//! serves), the database's on every command that opens the database. A new
+//! command is one [`Command`] variant with its own `Args` struct, and one
+//! match arm in [`crate::cli`].
 
 use std::time::Duration;
 
@@ -8,13 +14,24 @@ use clap::{Args, Parser, Subcommand};
 use crate::db::{DatabaseUrl, PoolOptions};
 use crate::idempotency::Ledger;
 
+/// `DATABASE_URL`'s default: a file in the current folder.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
+const DEFAULT_LEASE_SECS: u64 = 30;
+const DEFAULT_DB_TIMEOUT_SECS: u64 = 3;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "orders-api",
     version,
-    about = "An orders REST API in which every mutation is safe to retry"
+    about = "An orders REST API in which every mutation is safe to retry",
+    long_about = "An orders REST API in which every mutation is safe to retry.\n\n\
+                  Without a command it serves, exactly as `orders-api serve`: the server's \
+                  settings below belong to it. Other commands take their settings after \
+                  their name: `orders-api keys list --database-url …`.",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    /// The settings of the bare `orders-api`, which serves.
     #[command(flatten)]
     pub settings: Settings,
     #[command(subcommand)]
@@ -24,81 +41,118 @@ pub struct Cli {
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Apply pending migrations, then serve HTTP until SIGINT/SIGTERM (the default).
-    Serve,
+    Serve(Settings),
     /// Apply pending migrations and exit.
-    Migrate,
+    Migrate(DatabaseArgs),
     /// Manage API keys.
-    #[command(subcommand)]
-    Keys(KeysCommand),
+    Keys(KeysArgs),
     /// Delete expired idempotency-ledger entries once and print how many.
-    Purge,
-    /// Run the attack scenarios (SPEC §5) against a live server and report pass/fail/skip.
+    Purge(DatabaseArgs),
+    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report pass/fail/skip.
     Atk(crate::atk::AtkArgs),
+}
+
+impl Cli {
+    /// What to run: the bare `orders-api` serves.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Serve(self.settings))
+    }
+}
+
+/// The database a one-shot command opens.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true,
+          value_parser = DatabaseUrl::parse)]
+    pub database_url: DatabaseUrl,
+}
+
+impl DatabaseArgs {
+    /// One connection, opened before the command starts, with the server's
+    /// default timeouts: no pool thread is still connecting when it exits.
+    pub fn one_connection(&self) -> PoolOptions {
+        PoolOptions {
+            max_size: 1,
+            connection_timeout: Duration::from_secs(DEFAULT_DB_TIMEOUT_SECS),
+            lease: Duration::from_secs(DEFAULT_LEASE_SECS),
+            write_queue: crate::db::writer::DEFAULT_QUEUE_CAPACITY,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeysArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(subcommand)]
+    pub command: KeysCommand,
 }
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum KeysCommand {
     /// Create an API key for USER_ID; prints only the token.
     Create {
+        /// The user the key acts for: 1 to 100 printable ASCII characters,
+        /// without leading or trailing spaces.
         #[arg(value_name = "USER_ID")]
         user_id: String,
     },
     /// List keys: id, user, token prefix, created, revoked (never the token).
     List,
-    /// Revoke a key, given its whole token or its id.
+    /// Revoke a key, given its id or its prefix as `keys list` shows them, or its whole token.
     Revoke {
+        /// The key's id (`7`), its prefix (`oa_1a2b3c4d`, as `keys list` shows it) or its
+        /// whole token.
         #[arg(value_name = "TOKEN_OR_ID")]
         token_or_id: String,
     },
 }
 
+/// The server's settings (`serve`, and the bare `orders-api`).
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
-    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST/DB.
-    #[arg(long, env = "DATABASE_URL", default_value = "sqlite://orders.db", global = true, value_parser = DatabaseUrl::parse)]
+    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL,
+          value_parser = DatabaseUrl::parse)]
     pub database_url: DatabaseUrl,
 
     /// Address to listen on (port 0 picks a free port).
-    #[arg(
-        long = "bind",
-        env = "BIND_ADDR",
-        default_value = "127.0.0.1:8080",
-        global = true
-    )]
+    #[arg(long = "bind", env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
     pub bind: String,
 
     /// How long a recorded response is replayed, in seconds.
-    #[arg(long = "retention-secs", env = "IDEMPOTENCY_RETENTION_SECS", default_value_t = 86_400, global = true,
+    #[arg(long = "retention-secs", env = "IDEMPOTENCY_RETENTION_SECS", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub retention_secs: u64,
 
     /// How long one request may hold its key's claim, in seconds.
-    #[arg(long = "lease-secs", env = "IDEMPOTENCY_LEASE_SECS", default_value_t = 30, global = true,
+    #[arg(long = "lease-secs", env = "IDEMPOTENCY_LEASE_SECS", default_value_t = DEFAULT_LEASE_SECS,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,
 
     /// How often expired ledger entries are purged, in seconds.
-    #[arg(long = "purge-interval-secs", env = "PURGE_INTERVAL_SECS", default_value_t = 300, global = true,
+    #[arg(long = "purge-interval-secs", env = "PURGE_INTERVAL_SECS", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub purge_interval_secs: u64,
 
     /// The largest request body accepted, in bytes.
-    #[arg(long = "max-body-bytes", env = "MAX_BODY_BYTES", default_value_t = 65_536, global = true,
+    #[arg(long = "max-body-bytes", env = "MAX_BODY_BYTES", default_value_t = 65_536,
           value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
     pub max_body_bytes: u64,
 
     /// Comma-separated origins allowed cross-origin access (`*` for any); empty: none.
-    #[arg(long = "cors-allowed-origins", env = "CORS_ALLOWED_ORIGINS", default_value = "", global = true,
+    #[arg(long = "cors-allowed-origins", env = "CORS_ALLOWED_ORIGINS", default_value = "",
           value_delimiter = ',', value_parser = parse_origin)]
     pub cors_allowed_origins: Vec<String>,
 
     /// Connections in the database pool of this process.
-    #[arg(long = "pool-size", env = "DATABASE_POOL_SIZE", default_value_t = 10, global = true,
+    #[arg(long = "pool-size", env = "DATABASE_POOL_SIZE", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub pool_size: u32,
 
     /// How long a request waits for a database connection before a 503, in seconds.
-    #[arg(long = "db-timeout-secs", env = "DATABASE_TIMEOUT_SECS", default_value_t = 3, global = true,
+    #[arg(long = "db-timeout-secs", env = "DATABASE_TIMEOUT_SECS", default_value_t = DEFAULT_DB_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub db_timeout_secs: u64,
 
@@ -116,7 +170,7 @@ pub struct Settings {
     pub write_queue: u32,
 
     /// HTTP worker threads (default: one per CPU core).
-    #[arg(long = "workers", env = "HTTP_WORKERS", global = true, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long = "workers", env = "HTTP_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: Option<u16>,
 }
 
@@ -126,17 +180,16 @@ fn parse_origin(raw: &str) -> Result<String, String> {
     if origin.is_empty() || origin == "*" {
         return Ok(origin.to_owned());
     }
+    let not_an_origin = || format!("{origin:?} is not an origin: expected http(s)://host[:port]");
     let rest = origin
         .strip_prefix("https://")
         .or_else(|| origin.strip_prefix("http://"))
-        .ok_or_else(|| format!("'{origin}' is not an origin: expected http(s)://host[:port]"))?;
+        .ok_or_else(not_an_origin)?;
     if rest.is_empty()
         || rest.contains(['/', '?', '#', ' '])
         || origin.parse::<actix_web::http::Uri>().is_err()
     {
-        return Err(format!(
-            "'{origin}' is not an origin: expected http(s)://host[:port]"
-        ));
+        return Err(not_an_origin());
     }
     Ok(origin.to_owned())
 }
@@ -148,12 +201,12 @@ impl Settings {
             database_url: url,
             bind: "127.0.0.1:0".into(),
             retention_secs: 86_400,
-            lease_secs: 30,
+            lease_secs: DEFAULT_LEASE_SECS,
             purge_interval_secs: 300,
             max_body_bytes: 65_536,
             cors_allowed_origins: Vec::new(),
             pool_size: 10,
-            db_timeout_secs: 3,
+            db_timeout_secs: DEFAULT_DB_TIMEOUT_SECS,
             auth_cache_secs: 1,
             write_queue: 4_096,
             workers: None,
@@ -187,12 +240,20 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("orders-api").chain(args.iter().copied()))
+            .map(Cli::into_command)
+    }
 
     #[test]
     fn the_defaults_are_those_of_the_contract() {
-        let cli = Cli::try_parse_from(["orders-api"]).unwrap();
-        let s = cli.settings;
+        let Ok(Command::Serve(s)) = parse(&[]) else {
+            panic!("the bare command serves")
+        };
         assert_eq!(s.bind, "127.0.0.1:8080");
         assert_eq!(
             (
@@ -204,36 +265,80 @@ mod tests {
             (86_400, 30, 300, 65_536)
         );
         assert!(s.cors_origins().is_empty());
-        assert!(cli.command.is_none());
+        assert_eq!(s.database_url.as_str(), "orders.db");
     }
 
     #[test]
-    fn flags_are_accepted_after_a_subcommand() {
-        let cli = Cli::try_parse_from([
-            "orders-api",
-            "keys",
-            "create",
-            "alice",
-            "--database-url",
-            "sqlite://x.db",
-        ])
-        .unwrap();
-        assert_eq!(cli.settings.database_url.as_str(), "x.db");
-        assert!(
-            matches!(cli.command, Some(Command::Keys(KeysCommand::Create { ref user_id })) if user_id == "alice")
-        );
+    fn the_bare_command_takes_every_server_flag() {
+        let Ok(Command::Serve(s)) = parse(&["--bind", "127.0.0.1:9", "--workers", "3"]) else {
+            panic!("the bare command serves")
+        };
+        assert_eq!((s.bind.as_str(), s.workers), ("127.0.0.1:9", Some(3)));
+    }
+
+    #[test]
+    fn the_database_flag_is_accepted_before_and_after_a_keys_subcommand() {
+        for args in [
+            ["keys", "create", "alice", "--database-url", "sqlite://x.db"],
+            ["keys", "--database-url", "sqlite://x.db", "create", "alice"],
+        ] {
+            let Ok(Command::Keys(keys)) = parse(&args) else {
+                panic!("{args:?} is a keys command")
+            };
+            assert_eq!(keys.database.database_url.as_str(), "x.db", "{args:?}");
+            assert!(
+                matches!(keys.command, KeysCommand::Create { ref user_id } if user_id == "alice")
+            );
+        }
+    }
+
+    #[test]
+    fn a_command_that_does_not_serve_refuses_the_servers_flags() {
+        assert!(parse(&["migrate", "--bind", "127.0.0.1:9"]).is_err());
+        assert!(parse(&["keys", "list", "--workers", "2"]).is_err());
+        assert!(parse(&["purge", "--lease-secs", "5"]).is_err());
+    }
+
+    #[test]
+    fn each_commands_help_shows_only_what_it_uses() {
+        let mut cli = Cli::command();
+        for path in [
+            &["migrate"][..],
+            &["purge"],
+            &["keys"],
+            &["keys", "create"],
+            &["keys", "revoke"],
+        ] {
+            let mut cmd = &mut cli;
+            for name in path {
+                cmd = cmd.find_subcommand_mut(name).expect("a subcommand");
+            }
+            let help = cmd.render_long_help().to_string();
+            assert!(help.contains("--database-url"), "{path:?}: {help}");
+            for server_flag in [
+                "--bind",
+                "--workers",
+                "--cors-allowed-origins",
+                "--lease-secs",
+            ] {
+                assert!(
+                    !help.contains(server_flag),
+                    "{path:?} shows {server_flag}: {help}"
+                );
+            }
+        }
+        let serve = cli.find_subcommand_mut("serve").expect("serve");
+        assert!(serve.render_long_help().to_string().contains("--bind"));
     }
 
     #[test]
     fn bad_settings_are_refused() {
-        assert!(Cli::try_parse_from(["orders-api", "--database-url", "mysql://x"]).is_err());
-        assert!(Cli::try_parse_from(["orders-api", "--lease-secs", "0"]).is_err());
+        assert!(parse(&["--database-url", "mysql://x"]).is_err());
+        assert!(parse(&["--lease-secs", "0"]).is_err());
+        assert!(parse(&["--cors-allowed-origins", "example.com"]).is_err());
         assert!(
-            Cli::try_parse_from(["orders-api", "--cors-allowed-origins", "example.com"]).is_err()
-        );
-        assert!(
-            Cli::try_parse_from([
-                "orders-api",
+            parse(&[
+                "serve",
                 "--cors-allowed-origins",
                 "https://a.example,http://b.example:8080"
             ])

@@ -7,11 +7,14 @@ use orders_api::{cli, config::Cli, telemetry};
 fn main() -> ExitCode {
     let args = match Cli::try_parse() {
         Ok(args) => args,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            e.exit()
-        }
-        Err(e) => {
-            // One clear line, not a usage dump: "error: invalid value … for '--bind …': …".
+        // A bad setting (a flag's or an environment variable's value) is one
+        // clear line: "invalid value … for '--bind …': …" (exit 2).
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::ValueValidation | ErrorKind::InvalidValue
+            ) =>
+        {
             let rendered = e.render().to_string();
             let line = rendered
                 .lines()
@@ -20,6 +23,9 @@ fn main() -> ExitCode {
             eprintln!("orders-api: {}", line.trim_start_matches("error: "));
             return ExitCode::from(2);
         }
+        // Help and version (exit 0), and every other usage error whole, with
+        // its usage line and the list of subcommands (exit 2).
+        Err(e) => e.exit(),
     };
     telemetry::init_logging();
     match cli::run(args) {

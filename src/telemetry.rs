@@ -133,6 +133,12 @@ fn client_request_id(req: &ServiceRequest) -> Option<String> {
     ok.then(|| value.to_owned())
 }
 
+/// A duration in milliseconds, to the microsecond: `0.791`, never
+/// `0.7907670000000001`.
+fn rounded_millis(elapsed: std::time::Duration) -> f64 {
+    elapsed.as_micros() as f64 / 1000.0
+}
+
 /// The outermost middleware: one span per request with its id, user and
 /// idempotency outcome; one log line when it ends; request metrics; the
 /// request id echoed in `X-Request-Id`. Never logs a token or a body.
@@ -167,7 +173,7 @@ pub async fn observe(
     span.in_scope(|| {
         tracing::info!(
             status = status.as_u16(),
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            latency_ms = rounded_millis(elapsed),
             "request"
         )
     });
@@ -177,4 +183,24 @@ pub async fn observe(
             .insert(HeaderName::from_static(REQUEST_ID_HEADER), value);
     }
     Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn latencies_are_logged_to_the_microsecond() {
+        assert_eq!(
+            rounded_millis(Duration::from_nanos(790_767)).to_string(),
+            "0.79"
+        );
+        assert_eq!(
+            rounded_millis(Duration::from_nanos(12_345_678)).to_string(),
+            "12.345"
+        );
+        assert_eq!(rounded_millis(Duration::ZERO).to_string(), "0");
+    }
 }

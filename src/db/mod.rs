@@ -1,19 +1,20 @@
-//! Storage plumbing shared by every part of the service: which backend, the
-//! connection pool, migrations, and the one place that knows how a writing
-//! transaction is opened on each backend.
+//! Storage plumbing shared by every part of the service: which backend
+//! (`url.rs`), the connection pool, migrations (`migrate.rs`), and the one
+//! place that knows how a writing transaction is opened on each backend.
 //!
 //! Query code is written once and compiled for both backends by
 //! [`dispatch!`]. A lookup by a unique key uses `get_result`, never
 //! `first`: `first` binds `LIMIT ?`, and the bundled SQLite (built with
 //! `SQLITE_ENABLE_STAT4`) expires a cached statement whose plan read a bound
 //! integer each time that parameter is bound again, so every run of it would
-//! be compiled anew (40 % of a `GET` in a profile). a statement that only one backend understands lives in a
-//! small named function beside its siblings (see `idempotency::store`).
+//! be compiled anew (40 % of a `GET` in a profile). A statement that only one
+//! backend understands lives in a small named function beside its siblings (see `idempotency::store`).
 
+mod migrate;
 pub mod schema;
+mod url;
 pub mod writer;
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,13 +22,11 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
+pub use migrate::{migrations_applied, run_migrations};
+pub use url::{Backend, DatabaseUrl, one_line};
 use writer::Writer;
 pub use writer::{WriteError, WriterStats};
-
-const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
-const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 
 /// The least time a SQLite writer waits for the database lock before giving
 /// up (pooled connections wait a little longer than the lease, see
@@ -40,113 +39,6 @@ pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// An arbitrary, fixed advisory-lock id that serialises migrations when
 /// several processes start against one PostgreSQL database at once.
 const PG_MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
-
-/// Which database a `DATABASE_URL` selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-/// A parsed `DATABASE_URL`: `sqlite://path`, `sqlite:path`, a bare file path,
-/// or `postgres://…` / `postgresql://…`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl {
-    backend: Backend,
-    /// What the driver is given: a file path for SQLite, the URL for PostgreSQL.
-    target: String,
-}
-
-impl DatabaseUrl {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        let raw = raw.trim();
-        if raw.is_empty() {
-            return Err("DATABASE_URL is empty".into());
-        }
-        if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
-            return Ok(Self {
-                backend: Backend::Postgres,
-                target: without_gss_unless_asked(raw),
-            });
-        }
-        let path = if let Some(rest) = raw.strip_prefix("sqlite://") {
-            rest
-        } else if let Some(rest) = raw.strip_prefix("sqlite:") {
-            rest
-        } else if let Some((scheme, _)) = raw.split_once("://") {
-            return Err(format!(
-                "unsupported DATABASE_URL scheme '{scheme}': use sqlite://PATH or postgres://…"
-            ));
-        } else {
-            raw
-        };
-        if path.is_empty() {
-            return Err("DATABASE_URL names no SQLite file".into());
-        }
-        if path == ":memory:" {
-            return Err(
-                "an in-memory SQLite database cannot be shared by a connection pool: name a file"
-                    .into(),
-            );
-        }
-        Ok(Self {
-            backend: Backend::Sqlite,
-            target: path.to_owned(),
-        })
-    }
-
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// The URL as the drivers take it.
-    pub fn as_str(&self) -> &str {
-        &self.target
-    }
-}
-
-impl fmt::Debug for DatabaseUrl {
-    /// Never prints a password.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DatabaseUrl")
-            .field("backend", &self.backend)
-            .field("target", &redact(&self.target))
-            .finish()
-    }
-}
-
-/// libpq tries GSSAPI (Kerberos) encryption first when it was built with
-/// it, which costs a negotiation on every new connection and, worse, can
-/// abort the process at exit (libkrb5 destroys its mutexes while a pool
-/// thread is still connecting). Unless the URL asks for it, turn it off.
-fn without_gss_unless_asked(url: &str) -> String {
-    if url.contains("gssencmode=") {
-        url.to_owned()
-    } else if url.contains('?') {
-        format!("{url}&gssencmode=disable")
-    } else {
-        format!("{url}?gssencmode=disable")
-    }
-}
-
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            match url[scheme_end + 3..at].split_once(':') {
-                Some((user, _password)) => {
-                    format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..])
-                }
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-/// A driver's message on one line (libpq adds hints on following lines).
-fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
-}
 
 /// Pool and session settings.
 #[derive(Debug, Clone)]
@@ -257,10 +149,34 @@ pub use dispatch;
 pub enum SetupError {
     #[error("cannot open database {target}: {cause}")]
     Connect { target: String, cause: String },
-    #[error("cannot apply migrations: {0}")]
-    Migrate(String),
+    #[error("database {name:?} does not exist on {target} and could not be created: {cause}")]
+    CreateDatabase {
+        name: String,
+        target: String,
+        cause: String,
+    },
+    #[error("cannot read database {target}: {cause}")]
+    Read { target: String, cause: String },
+    #[error("cannot apply migrations to {target}: {cause}")]
+    Migrate { target: String, cause: String },
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
+}
+
+impl SetupError {
+    /// A connection that could not be opened: the URL as typed (never its
+    /// password) and the cause on one line; for SQLite, what is wrong with
+    /// the location when the driver only says it cannot open the file.
+    fn connect(url: &DatabaseUrl, error: &diesel::ConnectionError) -> Self {
+        let driver = one_line(&error.to_string());
+        SetupError::Connect {
+            target: url.to_string(),
+            cause: match url.backend() {
+                Backend::Sqlite => url::sqlite_open_cause(url.as_str(), driver),
+                Backend::Postgres => driver,
+            },
+        }
+    }
 }
 
 /// Why a connection could not be checked out at request time.
@@ -272,20 +188,17 @@ impl Pool {
     /// Opens one connection first so that a bad URL or an unreachable server
     /// is reported with the driver's own words, then builds the pool.
     pub fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, SetupError> {
-        let connect_error = |e: diesel::ConnectionError| SetupError::Connect {
-            target: redact(url.as_str()),
-            cause: one_line(&e.to_string()),
-        };
+        let connect_error = |e: diesel::ConnectionError| SetupError::connect(url, &e);
         match url.backend() {
             Backend::Sqlite => {
                 let mut probe = SqliteConnection::establish(url.as_str()).map_err(connect_error)?;
                 let session = SqliteSession::for_lease(options.lease);
                 session.apply(&mut probe).map_err(|e| SetupError::Connect {
-                    target: url.as_str().to_owned(),
-                    cause: e.to_string(),
+                    target: url.to_string(),
+                    cause: one_line(&e.to_string()),
                 })?;
                 drop(probe);
-                let readers = pool_builder(options)
+                let readers = pool_builder(url, options)
                     .connection_customizer(Box::new(session))
                     .build(ConnectionManager::new(url.as_str()))
                     .map_err(|e| SetupError::Pool(e.to_string()))?;
@@ -301,7 +214,7 @@ impl Pool {
             }
             Backend::Postgres => {
                 PgConnection::establish(url.as_str()).map_err(connect_error)?;
-                pool_builder(options)
+                pool_builder(url, options)
                     .connection_customizer(Box::new(PgSession {
                         lease: options.lease,
                     }))
@@ -368,11 +281,14 @@ impl Pool {
     }
 }
 
-fn pool_builder<C>(options: &PoolOptions) -> r2d2::Builder<ConnectionManager<C>>
+fn pool_builder<C>(url: &DatabaseUrl, options: &PoolOptions) -> r2d2::Builder<ConnectionManager<C>>
 where
     C: diesel::r2d2::R2D2Connection + 'static,
 {
     r2d2::Pool::builder()
+        .error_handler(Box::new(LogConnectError {
+            database: url.to_string(),
+        }))
         .max_size(options.max_size)
         .min_idle(Some(1))
         .connection_timeout(options.connection_timeout)
@@ -382,6 +298,23 @@ where
         .test_on_check_out(false)
 }
 
+/// Logs a connection the pool could not open (it keeps retrying) as one
+/// event on one line: which database, and libpq's words folded.
+#[derive(Debug)]
+struct LogConnectError {
+    database: String,
+}
+
+impl<E: std::fmt::Display> r2d2::HandleError<E> for LogConnectError {
+    fn handle_error(&self, error: E) {
+        tracing::warn!(
+            database = %self.database,
+            cause = %one_line(&error.to_string()),
+            "cannot open a database connection; retrying"
+        );
+    }
+}
+
 impl PooledConn {
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
@@ -389,58 +322,6 @@ impl PooledConn {
             PooledConn::Postgres(c) => Conn::Postgres(c),
         }
     }
-}
-
-/// Applies pending migrations with a dedicated connection (not pooled, so no
-/// session timeouts apply). On PostgreSQL an advisory lock keeps several
-/// processes that start together from migrating at once.
-pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
-    let connect_error = |e: diesel::ConnectionError| SetupError::Connect {
-        target: redact(url.as_str()),
-        cause: one_line(&e.to_string()),
-    };
-    let migrate_error =
-        |e: Box<dyn std::error::Error + Send + Sync>| SetupError::Migrate(e.to_string());
-    match url.backend() {
-        Backend::Sqlite => {
-            let mut conn = SqliteConnection::establish(url.as_str()).map_err(connect_error)?;
-            SqliteSession {
-                busy_timeout: SQLITE_BUSY_TIMEOUT,
-            }
-            .apply(&mut conn)
-            .map_err(|e| SetupError::Migrate(e.to_string()))?;
-            conn.run_pending_migrations(SQLITE_MIGRATIONS)
-                .map(|v| v.len())
-                .map_err(migrate_error)
-        }
-        Backend::Postgres => {
-            let mut conn = PgConnection::establish(url.as_str()).map_err(connect_error)?;
-            conn.batch_execute(&format!("SELECT pg_advisory_lock({PG_MIGRATION_LOCK})"))
-                .map_err(|e| SetupError::Migrate(e.to_string()))?;
-            let applied = conn
-                .run_pending_migrations(PG_MIGRATIONS)
-                .map(|v| v.len())
-                .map_err(migrate_error);
-            // Closing the session releases the lock even if this fails.
-            let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({PG_MIGRATION_LOCK})"));
-            applied
-        }
-    }
-}
-
-/// Whether every migration this binary knows of has been applied.
-pub fn migrations_applied(conn: &mut Conn<'_>) -> Result<bool, DieselError> {
-    let pending = match conn {
-        Conn::Sqlite(c) => MigrationHarness::has_pending_migration(*c, SQLITE_MIGRATIONS),
-        Conn::Postgres(c) => MigrationHarness::has_pending_migration(*c, PG_MIGRATIONS),
-    };
-    // Keep the driver's own error when there is one: a connection lost in
-    // an outage must classify as unavailable (503), not as a defect (500).
-    pending.map(|pending| !pending).map_err(|e| {
-        e.downcast::<DieselError>()
-            .map(|e| *e)
-            .unwrap_or_else(|e| DieselError::QueryBuilderError(e.to_string().into()))
-    })
 }
 
 /// Per-connection SQLite settings. `busy_timeout` comes first so that the
@@ -472,6 +353,12 @@ impl SqliteSession {
              PRAGMA foreign_keys = ON;",
             self.busy_timeout.as_millis()
         ))
+        .or_else(|e| match e.to_string().contains("readonly") {
+            // A read-only file keeps its journal mode (switching is a write):
+            // commands that only read (`keys list`) still work on it.
+            true => conn.batch_execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"),
+            false => Err(e),
+        })
     }
 }
 
@@ -546,59 +433,5 @@ pub fn classify(error: &DieselError) -> Failure {
         },
         DieselError::BrokenTransactionManager => Failure::Unavailable,
         _ => Failure::Internal,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_scheme_selects_the_backend() {
-        for (raw, backend, target) in [
-            ("sqlite://orders.db", Backend::Sqlite, "orders.db"),
-            (
-                "sqlite:///var/lib/orders.db",
-                Backend::Sqlite,
-                "/var/lib/orders.db",
-            ),
-            ("sqlite:orders.db", Backend::Sqlite, "orders.db"),
-            ("orders.db", Backend::Sqlite, "orders.db"),
-            (
-                "postgres://u@h/db",
-                Backend::Postgres,
-                "postgres://u@h/db?gssencmode=disable",
-            ),
-            (
-                "postgresql://u@h/db?sslmode=require",
-                Backend::Postgres,
-                "postgresql://u@h/db?sslmode=require&gssencmode=disable",
-            ),
-            (
-                "postgres://u@h/db?gssencmode=prefer",
-                Backend::Postgres,
-                "postgres://u@h/db?gssencmode=prefer",
-            ),
-        ] {
-            let url = DatabaseUrl::parse(raw).unwrap();
-            assert_eq!((url.backend(), url.as_str()), (backend, target), "{raw}");
-        }
-    }
-
-    #[test]
-    fn unusable_urls_are_refused_with_a_reason() {
-        for raw in ["", "mysql://h/db", "sqlite://", "sqlite::memory:"] {
-            assert!(DatabaseUrl::parse(raw).is_err(), "{raw}");
-        }
-    }
-
-    #[test]
-    fn a_password_never_appears_in_debug_output() {
-        let url = DatabaseUrl::parse("postgres://orders:s3cret@db/orders").unwrap();
-        let shown = format!("{url:?}");
-        assert!(
-            !shown.contains("s3cret") && shown.contains("orders:***@db"),
-            "{shown}"
-        );
     }
 }

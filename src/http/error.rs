@@ -178,8 +178,14 @@ impl ApiError {
 
     fn log(&self) {
         match self {
-            ApiError::Internal(cause) => tracing::error!(%cause, "request failed"),
-            ApiError::Unavailable(cause) => tracing::warn!(%cause, "database unavailable"),
+            // libpq's causes span lines (a hint, the next host's error):
+            // one event stays one line.
+            ApiError::Internal(cause) => {
+                tracing::error!(cause = %crate::db::one_line(cause), "request failed")
+            }
+            ApiError::Unavailable(cause) => {
+                tracing::warn!(cause = %crate::db::one_line(cause), "database unavailable")
+            }
             _ => {}
         }
     }

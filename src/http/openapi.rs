@@ -13,7 +13,6 @@
 use std::sync::OnceLock;
 
 use actix_web::HttpResponse;
-use serde::Deserialize;
 use utoipa::openapi::header::Header;
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::response::Response;
@@ -21,7 +20,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{
     Content, ObjectBuilder, OpenApi as Document, Ref, RefOr, Required, Schema, Type,
 };
-use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+use utoipa::{Modify, OpenApi, PartialSchema};
 
 use super::error::{ApiError, PROBLEM_JSON, Problem};
 use super::mutation::REPLAYED_HEADER;
@@ -45,49 +44,6 @@ const LEDGER_CONFLICTS: &str = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`:
     used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still \
     running; retry after `Retry-After` seconds.";
 
-// Only a schema: the handler reads the body with
-// `crate::orders::input::parse_new_order`, whose bounds these mirror (a unit
-// test below keeps them equal).
-/// The body of `POST /v1/orders`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"item": "Widget", "quantity": 2, "price": 9.99}))]
-#[allow(dead_code)] // a schema only; the handler parses the JSON itself
-pub struct CreateOrder {
-    /// What is ordered: trimmed, no control characters.
-    #[schema(min_length = 1, max_length = 200)]
-    item: String,
-    /// A JSON integer literal (no fraction, no exponent).
-    #[schema(minimum = 1, maximum = 1000000)]
-    quantity: i32,
-    /// The unit price, a whole number of cents.
-    #[schema(minimum = 0, maximum = 1000000000, multiple_of = 0.01)]
-    price: f64,
-}
-
-// Only a schema, like `CreateOrder`: see `parse_order_patch`.
-/// The body of `PATCH /v1/orders/{id}`: at least one member.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(min_properties = 1, example = json!({"quantity": 3}))]
-#[allow(dead_code)] // a schema only; the handler parses the JSON itself
-pub struct UpdateOrder {
-    /// What is ordered: trimmed, no control characters.
-    #[schema(min_length = 1, max_length = 200, nullable = false)]
-    item: Option<String>,
-    /// A JSON integer literal (no fraction, no exponent).
-    #[schema(minimum = 1, maximum = 1000000, nullable = false)]
-    quantity: Option<i32>,
-    /// The unit price, a whole number of cents.
-    #[schema(
-        minimum = 0,
-        maximum = 1000000000,
-        multiple_of = 0.01,
-        nullable = false
-    )]
-    price: Option<f64>,
-}
-
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -108,8 +64,8 @@ first answer (`Idempotent-Replayed: true`) instead of running again."
         serve,
     ),
     components(schemas(
-        CreateOrder,
-        UpdateOrder,
+        orders::CreateOrder,
+        orders::UpdateOrder,
         OrderView,
         OrderStatus,
         orders::OrderPage,

@@ -1,12 +1,14 @@
-//! The `/v1/orders` routes. Each `#[utoipa::path]` says only what is its
-//! own: what every mutation shares (the `Idempotency-Key` header, the
-//! `400`/`413`/`415` of its checks, the ledger's `409` codes and
-//! `Retry-After`, `Idempotent-Replayed` on what a replay can answer) is added
-//! by [`super::openapi`]'s `Shared` modifier.
+//! The `/v1/orders` routes and the schemas of their bodies. Each
+//! `#[utoipa::path]` says only what is its own: what every mutation shares
+//! (the `Idempotency-Key` header, the `400`/`413`/`415` of its checks, the
+//! ledger's `409` codes and `Retry-After`, `Idempotent-Replayed` on what a
+//! replay can answer) is added where the OpenAPI document is assembled
+//! (`http/openapi.rs`), which this module does not depend on.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::AuthUser;
@@ -19,6 +21,49 @@ use crate::orders::{self, Created, Cursor};
 
 pub const DEFAULT_PAGE_SIZE: u8 = 20;
 pub const MAX_PAGE_SIZE: u8 = 100;
+
+// Only a schema: the handler reads the body with
+// `crate::orders::input::parse_new_order`, whose bounds (the domain types')
+// these mirror; a unit test of the OpenAPI document keeps them equal.
+/// The body of `POST /v1/orders`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"item": "Widget", "quantity": 2, "price": 9.99}))]
+#[allow(dead_code)] // a schema only; the handler parses the JSON itself
+pub struct CreateOrder {
+    /// What is ordered: trimmed, no control characters.
+    #[schema(min_length = 1, max_length = 200)]
+    item: String,
+    /// A JSON integer literal (no fraction, no exponent).
+    #[schema(minimum = 1, maximum = 1000000)]
+    quantity: i32,
+    /// The unit price, a whole number of cents.
+    #[schema(minimum = 0, maximum = 1000000000, multiple_of = 0.01)]
+    price: f64,
+}
+
+// Only a schema, like `CreateOrder`: see `parse_order_patch`.
+/// The body of `PATCH /v1/orders/{id}`: at least one member.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(min_properties = 1, example = json!({"quantity": 3}))]
+#[allow(dead_code)] // a schema only; the handler parses the JSON itself
+pub struct UpdateOrder {
+    /// What is ordered: trimmed, no control characters.
+    #[schema(min_length = 1, max_length = 200, nullable = false)]
+    item: Option<String>,
+    /// A JSON integer literal (no fraction, no exponent).
+    #[schema(minimum = 1, maximum = 1000000, nullable = false)]
+    quantity: Option<i32>,
+    /// The unit price, a whole number of cents.
+    #[schema(
+        minimum = 0,
+        maximum = 1000000000,
+        multiple_of = 0.01,
+        nullable = false
+    )]
+    price: Option<f64>,
+}
 
 fn location(order: &Order) -> String {
     format!("/v1/orders/{}", order.id)
@@ -34,7 +79,7 @@ fn location(order: &Order) -> String {
     path = "/v1/orders",
     operation_id = "createOrder",
     tag = "orders",
-    request_body(content = super::openapi::CreateOrder, content_type = "application/json"),
+    request_body(content = CreateOrder, content_type = "application/json"),
     responses(
         (status = 201, description = "Created.", body = OrderView,
             headers(("Location" = String, description = "`/v1/orders/{id}`."))),
@@ -100,7 +145,7 @@ pub async fn get(
 }
 
 /// A page of orders.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct OrderPage {
     pub data: Vec<OrderView>,
     /// Pass as `cursor` to get the next page; `null` on the last page.
@@ -179,7 +224,7 @@ pub async fn list(
     operation_id = "updateOrder",
     tag = "orders",
     params(("id" = String, Path, description = "The order's id (a UUID). Another user's order is a `404`, like a missing one.")),
-    request_body(content = super::openapi::UpdateOrder, content_type = "application/json"),
+    request_body(content = UpdateOrder, content_type = "application/json"),
     responses(
         (status = 200, description = "The order as changed.", body = OrderView),
         (status = 404, description = "`NOT_FOUND`: no such order of the caller's. Recorded and replayed for the key.", body = Problem, content_type = "application/problem+json"),

@@ -28,27 +28,12 @@ impl Fingerprint {
                 hasher.update(body);
             }
         }
-        Self(hex(&hasher.finalize()))
-    }
-
-    /// Rebuilds a fingerprint read back from storage.
-    pub fn from_stored(hex: String) -> Self {
-        Self(hex)
+        Self(hex::encode(hasher.finalize()))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

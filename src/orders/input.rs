@@ -1,12 +1,12 @@
 //! Request bodies of the orders routes, turned into domain values.
 //!
-//! Parsing happens in two steps: first each member's JSON *type* is checked
-//! strictly (a quantity is an integer literal, a price a number in whole
-//! cents), then `validator` checks the bounds of what was read. Every failing
-//! field is reported, not only the first.
+//! Each member's JSON *type* is checked strictly here (a quantity is an
+//! integer literal, a price a number in whole cents); its bounds are the
+//! domain types' own ([`Item::parse`], [`Quantity::new`],
+//! [`Money::from_cents`]), which say what is wrong. Every failing field is
+//! reported, not only the first.
 
 use serde_json::Value;
-use validator::{Validate, ValidationErrors};
 
 use super::model::{Item, Money, Quantity, json_number_to_cents};
 
@@ -43,25 +43,6 @@ pub struct OrderPatch {
 }
 
 const FIELDS: [&str; 3] = ["item", "quantity", "price"];
-
-/// The bounds, checked once the JSON types are right.
-#[derive(Debug, Default, Validate)]
-struct Bounds {
-    #[validate(length(
-        min = 1,
-        max = 200,
-        message = "must be 1 to 200 characters after trimming"
-    ))]
-    item: Option<String>,
-    #[validate(range(min = 1, max = 1_000_000, message = "must be between 1 and 1000000"))]
-    quantity: Option<i64>,
-    #[validate(range(
-        min = 0,
-        max = 100_000_000_000_i128,
-        message = "must be between 0 and 1000000000"
-    ))]
-    price: Option<i128>,
-}
 
 pub fn parse_new_order(body: &Value) -> Result<NewOrder, Vec<FieldError>> {
     let fields = parse_fields(body, true)?;
@@ -103,67 +84,19 @@ fn parse_fields(body: &Value, required: bool) -> Result<OrderPatch, Vec<FieldErr
         .filter(|k| !FIELDS.contains(&k.as_str()))
         .map(|k| FieldError::new(k, "is not a known field"))
         .collect();
-
-    let mut bounds = Bounds::default();
-    let present = |name: &str, errors: &mut Vec<FieldError>| -> Option<Value> {
-        match members.get(name) {
-            Some(v) => Some(v.clone()),
-            None if required => {
-                errors.push(FieldError::new(name, "is required"));
-                None
-            }
-            None => None,
-        }
-    };
-    if let Some(v) = present("item", &mut errors) {
-        match v {
-            Value::String(s) => bounds.item = Some(s.trim().to_owned()),
-            _ => errors.push(FieldError::new("item", "must be a string")),
-        }
-    }
-    if let Some(v) = present("quantity", &mut errors) {
-        match integer_literal(&v) {
-            Some(n) => bounds.quantity = Some(n),
-            None => errors.push(FieldError::new(
-                "quantity",
-                "must be an integer (no fraction, no exponent)",
-            )),
-        }
-    }
-    if let Some(v) = present("price", &mut errors) {
-        match &v {
-            Value::Number(n) => match json_number_to_cents(n.as_str()) {
-                Ok(cents) => bounds.price = Some(cents),
-                Err(message) => errors.push(FieldError::new("price", message)),
-            },
-            _ => errors.push(FieldError::new("price", "must be a number")),
-        }
-    }
-    if let Err(e) = bounds.validate() {
-        errors.extend(field_errors(&e));
-    }
-
-    // Bounds passed for every field that is still unreported.
-    let reported = |name: &str, errors: &[FieldError]| errors.iter().any(|e| e.field == name);
-    let item = match bounds.item.as_deref() {
-        Some(raw) if !reported("item", &errors) => match Item::parse(raw) {
-            Ok(item) => Some(item),
-            Err(message) => {
-                errors.push(FieldError::new("item", message));
-                None
-            }
-        },
-        _ => None,
-    };
-    let quantity = bounds
-        .quantity
-        .filter(|_| !reported("quantity", &errors))
-        .and_then(|n| Quantity::new(n).ok());
-    let price = bounds
-        .price
-        .filter(|_| !reported("price", &errors))
-        .and_then(|c| Money::from_cents(c).ok());
-
+    let item = member(members, "item", required, &mut errors, |v| match v {
+        Value::String(s) => Item::parse(s),
+        _ => Err("must be a string"),
+    });
+    let quantity = member(members, "quantity", required, &mut errors, |v| {
+        integer_literal(v)
+            .ok_or("must be an integer (no fraction, no exponent)")
+            .and_then(Quantity::new)
+    });
+    let price = member(members, "price", required, &mut errors, |v| match v {
+        Value::Number(n) => json_number_to_cents(n.as_str()).and_then(Money::from_cents),
+        _ => Err("must be a number"),
+    });
     if errors.is_empty() {
         Ok(OrderPatch {
             item,
@@ -173,6 +106,26 @@ fn parse_fields(body: &Value, required: bool) -> Result<OrderPatch, Vec<FieldErr
     } else {
         Err(errors)
     }
+}
+
+/// The member `name` read by `read`, or the first thing wrong with it (pushed
+/// onto `errors`).
+fn member<T>(
+    members: &serde_json::Map<String, Value>,
+    name: &str,
+    required: bool,
+    errors: &mut Vec<FieldError>,
+    read: impl FnOnce(&Value) -> Result<T, &'static str>,
+) -> Option<T> {
+    let result = match members.get(name) {
+        Some(value) => read(value).map(Some),
+        None if required => Err("is required"),
+        None => Ok(None),
+    };
+    result.unwrap_or_else(|message| {
+        errors.push(FieldError::new(name, message));
+        None
+    })
 }
 
 /// A JSON integer literal: digits only, no fraction and no exponent
@@ -190,21 +143,6 @@ fn integer_literal(v: &Value) -> Option<i64> {
     } else {
         i64::MAX
     }))
-}
-
-fn field_errors(errors: &ValidationErrors) -> Vec<FieldError> {
-    let mut out: Vec<FieldError> = errors
-        .field_errors()
-        .iter()
-        .flat_map(|(field, list)| {
-            list.iter().map(move |e| FieldError {
-                field: field.to_string(),
-                message: e.message.as_deref().unwrap_or("is invalid").to_owned(),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| a.field.cmp(&b.field));
-    out
 }
 
 #[cfg(test)]

@@ -76,9 +76,12 @@ both_backends! {
         // Accepted, and so remembered by the server for up to a second.
         assert_eq!(app.call_as(&token, "GET", "/v1/orders", None, None).status, 200);
 
-        let revoked =
-            orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &token).unwrap();
-        assert!(revoked);
+        let key = orders_api::auth::KeyRef::parse(&token).unwrap();
+        let revoked = orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &key).unwrap();
+        assert!(
+            matches!(revoked, orders_api::auth::Revocation::Revoked { .. }),
+            "{revoked:?}"
+        );
         std::thread::sleep(Duration::from_millis(1_100));
 
         assert_problem(
@@ -110,9 +113,12 @@ both_backends! {
         );
         assert_eq!(created.status, 201, "{}", created.body);
 
-        let revoked =
-            orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &token).unwrap();
-        assert!(revoked);
+        let key = orders_api::auth::KeyRef::parse(&token).unwrap();
+        let revoked = orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &key).unwrap();
+        assert!(
+            matches!(revoked, orders_api::auth::Revocation::Revoked { ref user_id, .. } if user_id == "carol"),
+            "{revoked:?}"
+        );
 
         assert_problem(
             &app.call_as(&token, "GET", "/v1/orders", None, None),

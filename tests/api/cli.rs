@@ -11,14 +11,80 @@ const BIN: &str = env!("CARGO_BIN_EXE_orders-api");
 
 /// Runs `orders-api ARGS` against `db` with a clean environment.
 fn orders_api(db: &TestDb, args: &[&str]) -> Output {
-    Command::new(BIN)
+    run(orders_api_command()
         .args(args)
+        .env("DATABASE_URL", db.url.as_str()))
+}
+
+/// `orders-api` with a clean environment.
+fn orders_api_command() -> Command {
+    let mut command = Command::new(BIN);
+    clean_env(&mut command);
+    command
+}
+
+/// Only `PATH`, and `RUST_LOG=warn`.
+fn clean_env(command: &mut Command) {
+    command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("DATABASE_URL", db.url.as_str())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run orders-api")
+        .env("RUST_LOG", "warn");
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("run orders-api")
+}
+
+/// `orders-api ARGS` in `dir`, with no `DATABASE_URL` (the default is a file there).
+fn orders_api_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    run(orders_api_command().args(args).current_dir(dir))
+}
+
+/// A folder of this test's own, removed afterwards.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let path =
+            std::env::temp_dir().join(format!("orders-cli-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&path).expect("create a temp folder");
+        Self(path)
+    }
+
+    fn entries(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0)
+            .expect("read the temp folder")
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwx")
+            .arg(&self.0)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The id and the shown prefix of `user`'s key in `keys list`.
+fn listed_key(db: &TestDb, user: &str) -> (String, String) {
+    let listing = stdout(&orders_api(db, &["keys", "list"]));
+    let row: Vec<&str> = listing
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(user))
+        .unwrap_or_else(|| panic!("no row of {user} in {listing}"))
+        .split_whitespace()
+        .collect();
+    (row[0].to_owned(), row[2].to_owned())
 }
 
 fn stdout(output: &Output) -> String {
@@ -133,7 +199,40 @@ both_backends! {
         assert_eq!(app.call("GET", "/v1/orders", None, None).status, 200);
 
         let again = orders_api(&app.db, &["keys", "revoke", &by_token]);
-        assert!(!again.status.success(), "revoking a revoked key reports that nothing matched");
+        assert_one_line_failure(&again, "already revoked");
+    }
+
+    fn keys_revoke_takes_the_prefix_keys_list_shows(backend) {
+        let app = TestApp::spawn(backend);
+        let token = stdout(&orders_api(&app.db, &["keys", "create", "grace"])).trim().to_owned();
+        let (id, shown) = listed_key(&app.db, "grace");
+        assert_eq!(shown, format!("{}…", &token[..11]));
+
+        let out = orders_api(&app.db, &["keys", "revoke", &shown]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stdout(&out).trim(), format!("revoked key {id} of user grace"));
+        assert_eq!(app.call_as(&token, "GET", "/v1/orders", None, None).status, 401);
+        assert_eq!(app.call("GET", "/v1/orders", None, None).status, 200, "alice's key is untouched");
+        // Without the ellipsis too.
+        let bare = orders_api(&app.db, &["keys", "revoke", &token[..11]]);
+        assert_one_line_failure(&bare, &format!("key {id} was already revoked at"));
+    }
+
+    fn revoking_a_revoked_key_says_it_was_already_revoked_and_an_unknown_one_that_none_matches(backend) {
+        let app = TestApp::spawn(backend);
+        stdout(&orders_api(&app.db, &["keys", "create", "heidi"]));
+        let (id, _) = listed_key(&app.db, "heidi");
+        assert!(orders_api(&app.db, &["keys", "revoke", &id]).status.success());
+        let again = orders_api(&app.db, &["keys", "revoke", &id]);
+        assert_one_line_failure(&again, &format!("key {id} was already revoked at"));
+        assert_eq!(again.status.code(), Some(1));
+
+        assert_one_line_failure(&orders_api(&app.db, &["keys", "revoke", "999999"]), "no key matches id 999999");
+        assert_one_line_failure(&orders_api(&app.db, &["keys", "revoke", "oa_00000000"]), "no key matches oa_00000000…");
+        let unknown_token = format!("oa_{}", "0".repeat(64));
+        let out = orders_api(&app.db, &["keys", "revoke", &unknown_token]);
+        assert_one_line_failure(&out, "no key matches oa_00000000…");
+        assert!(!stderr(&out).contains(&unknown_token), "a whole token is never echoed");
     }
 
     fn purge_deletes_expired_ledger_entries_and_prints_how_many(backend) {
@@ -190,33 +289,325 @@ fn assert_one_line_failure(out: &Output, needle: &str) {
 #[test]
 fn a_bad_setting_exits_non_zero_with_one_clear_line() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
-    assert_one_line_failure(
-        &orders_api(&db, &["--database-url", "mysql://localhost/x", "migrate"]),
-        "mysql",
-    );
-    assert_one_line_failure(
-        &orders_api(&db, &["--lease-secs", "0", "migrate"]),
-        "lease-secs",
-    );
-    assert_one_line_failure(
-        &orders_api(&db, &["--cors-allowed-origins", "not an origin", "migrate"]),
-        "origin",
-    );
-    assert_one_line_failure(
-        &orders_api(
-            &db,
-            &[
-                "--database-url",
-                "postgres://nobody@127.0.0.1:1/none",
-                "migrate",
-            ],
+    for (args, needle) in [
+        (
+            &["migrate", "--database-url", "mysql://localhost/x"][..],
+            "mysql",
         ),
-        "cannot open database",
+        (&["--lease-secs", "0"], "lease-secs"),
+        (&["serve", "--lease-secs", "0"], "lease-secs"),
+        (
+            &["serve", "--cors-allowed-origins", "not an origin"],
+            "origin",
+        ),
+    ] {
+        let out = orders_api(&db, args);
+        assert_one_line_failure(&out, needle);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let unreachable = orders_api(
+        &db,
+        &[
+            "migrate",
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+        ],
     );
+    assert_one_line_failure(&unreachable, "cannot open database");
+    assert_eq!(unreachable.status.code(), Some(1));
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     assert_one_line_failure(
         &orders_api(&db, &["serve", "--bind", &addr]),
         "cannot listen",
+    );
+}
+
+#[test]
+fn usage_errors_print_clap_s_whole_message_with_the_usage_line() {
+    let dir = TempDir::new();
+    let missing = orders_api_in(&dir.0, &["keys", "create"]);
+    assert_eq!(missing.status.code(), Some(2));
+    let err = stderr(&missing);
+    assert!(
+        err.contains("the following required arguments were not provided"),
+        "{err}"
+    );
+    assert!(
+        err.contains("<USER_ID>"),
+        "the missing argument is named: {err}"
+    );
+    assert!(
+        err.contains("Usage: orders-api keys create <USER_ID>"),
+        "{err}"
+    );
+
+    let no_subcommand = orders_api_in(&dir.0, &["keys"]);
+    assert_eq!(no_subcommand.status.code(), Some(2));
+    let err = stderr(&no_subcommand);
+    for line in ["Usage: orders-api keys", "create", "list", "revoke"] {
+        assert!(err.contains(line), "{line:?} missing from: {err}");
+    }
+
+    let unknown = orders_api_in(&dir.0, &["migrate", "--bind", "127.0.0.1:0"]);
+    assert_eq!(
+        unknown.status.code(),
+        Some(2),
+        "migrate takes no server flag"
+    );
+    assert!(
+        stderr(&unknown).contains("Usage: orders-api migrate"),
+        "{}",
+        stderr(&unknown)
+    );
+    assert!(
+        dir.entries().is_empty(),
+        "a usage error opens no database: {:?}",
+        dir.entries()
+    );
+
+    let help = orders_api_in(&dir.0, &["keys", "revoke", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let help = stdout(&help);
+    assert!(
+        help.contains("TOKEN_OR_ID") && help.contains("--database-url"),
+        "{help}"
+    );
+    assert!(
+        !help.contains("--bind") && !help.contains("--workers"),
+        "{help}"
+    );
+}
+
+#[test]
+fn keys_create_refuses_user_ids_with_outer_whitespace_and_says_so() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    for (user, says) in [
+        (" bob", "USER_ID must not begin or end with whitespace"),
+        ("bob ", "USER_ID must not begin or end with whitespace"),
+        ("  ", "USER_ID must not be empty or only whitespace"),
+        ("b\u{e9}b", "USER_ID must be printable ASCII"),
+    ] {
+        let out = orders_api(&db, &["keys", "create", user]);
+        assert_one_line_failure(&out, says);
+        assert!(stdout(&out).is_empty(), "no token for {user:?}");
+    }
+    let listing = stdout(&orders_api(&db, &["keys", "list"]));
+    assert_eq!(listing.lines().count(), 1, "only the header: {listing}");
+    let inner = orders_api(&db, &["keys", "create", "bob smith"]);
+    assert!(
+        inner.status.success(),
+        "inner spaces are fine: {}",
+        stderr(&inner)
+    );
+}
+
+#[test]
+fn keys_revoke_with_any_argument_answers_one_line_and_never_panics() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    for arg in [
+        "ééééééééééééééé",
+        "oa_é",
+        "",
+        "-",
+        "\u{1f600}",
+        "12é",
+        "oa_12345678…é",
+    ] {
+        let out = orders_api(&db, &["keys", "revoke", "--", arg]);
+        assert_eq!(out.status.code(), Some(1), "{arg:?}: {}", stderr(&out));
+        assert_one_line_failure(&out, "TOKEN_OR_ID must be");
+    }
+}
+
+#[test]
+fn a_missing_or_forbidden_sqlite_location_is_named_with_its_cause() {
+    let dir = TempDir::new();
+    let missing = dir.0.join("no-such-folder/orders.db");
+    let out = orders_api_in(
+        &dir.0,
+        &["migrate", "--database-url", &missing.display().to_string()],
+    );
+    assert_one_line_failure(
+        &out,
+        &format!(
+            "the folder {} does not exist",
+            dir.0.join("no-such-folder").display()
+        ),
+    );
+
+    let locked = dir.0.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let path = locked.join("orders.db").display().to_string();
+    let out = unprivileged(&dir, &["migrate", "--database-url", &path]);
+    assert_one_line_failure(
+        &out,
+        &format!("cannot create {path} in {}", locked.display()),
+    );
+    assert!(
+        stderr(&out).contains("ermission denied"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Runs `orders-api ARGS` in `dir` after taking write access to it away;
+/// as root (who may write anywhere) as `nobody`.
+fn unprivileged(dir: &TempDir, args: &[&str]) -> Output {
+    let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+    let mut command = if String::from_utf8_lossy(&uid).trim() == "0" {
+        let mut setpriv = Command::new("setpriv");
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
+        setpriv
+    } else {
+        Command::new(BIN)
+    };
+    clean_env(&mut command);
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX,a-w"])
+        .arg(&dir.0)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = run(command.args(args).current_dir(&dir.0));
+    let _ = Command::new("chmod")
+        .args(["-R", "u+w"])
+        .arg(&dir.0)
+        .status();
+    out
+}
+
+#[test]
+fn keys_list_reads_a_read_only_database_when_no_migration_is_pending() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(
+        orders_api(&db, &["keys", "create", "ivan"])
+            .status
+            .success()
+    );
+    // A copy whose journal is not WAL: switching it would be a write.
+    {
+        use diesel::{Connection, RunQueryDsl, SqliteConnection};
+        let mut c = SqliteConnection::establish(db.url.as_str()).unwrap();
+        diesel::sql_query("PRAGMA journal_mode = DELETE")
+            .execute(&mut c)
+            .unwrap();
+    }
+    let read_only = format!("file:{}?mode=ro", db.url.as_str());
+    let out = run(orders_api_command().args(["keys", "list", "--database-url", &read_only]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ivan"), "{}", stdout(&out));
+
+    let create =
+        run(orders_api_command().args(["keys", "create", "judy", "--database-url", &read_only]));
+    assert_one_line_failure(&create, "readonly");
+}
+
+#[test]
+fn a_postgres_error_is_one_line_with_the_url_as_typed() {
+    let dir = TempDir::new();
+    let url = "postgres://nobody@127.0.0.1:1/none";
+    let out = orders_api_in(&dir.0, &["migrate", "--database-url", url]);
+    assert_one_line_failure(
+        &out,
+        &format!("cannot open database {url}: connection to server at"),
+    );
+    let err = stderr(&out);
+    assert!(!err.contains("gssencmode"), "{err}");
+    assert!(
+        err.contains("Connection refused. Is the server running"),
+        "the hint is its own sentence: {err}"
+    );
+}
+
+#[test]
+fn a_libpq_keyword_value_string_is_refused_and_creates_no_file() {
+    let dir = TempDir::new();
+    for args in [
+        &[
+            "migrate",
+            "--database-url",
+            "host=127.0.0.1 port=5432 dbname=orders",
+        ][..],
+        &["--database-url", "host=127.0.0.1 dbname=orders"],
+    ] {
+        let out = orders_api_in(&dir.0, args);
+        assert_one_line_failure(&out, "keyword/value");
+        assert!(
+            stderr(&out).contains("postgres://USER"),
+            "names the accepted form: {}",
+            stderr(&out)
+        );
+        assert_eq!(out.status.code(), Some(2));
+    }
+    let from_env = run(orders_api_command()
+        .arg("migrate")
+        .current_dir(&dir.0)
+        .env("DATABASE_URL", "dbname=orders user=me"));
+    assert_one_line_failure(&from_env, "keyword/value");
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+}
+
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+#[test]
+fn migrate_creates_a_missing_postgres_database_when_the_role_may() {
+    if !postgres_available() {
+        return;
+    }
+    let db = TestDb::missing(orders_api::db::Backend::Postgres);
+    let out = orders_api(&db, &["migrate"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = orders_api(&db, &["keys", "list"]);
+    assert!(
+        listing.status.success(),
+        "the schema exists: {}",
+        stderr(&listing)
+    );
+}
+
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+#[test]
+fn a_missing_postgres_database_the_role_may_not_create_is_one_clear_line() {
+    use diesel::{Connection, PgConnection, RunQueryDsl};
+    if !postgres_available() {
+        return;
+    }
+    let role = format!("weak_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = PgConnection::establish(&test_database_url()).unwrap();
+    diesel::sql_query(format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
+        .execute(&mut admin)
+        .unwrap();
+    let db = TestDb::missing(orders_api::db::Backend::Postgres);
+    let name = db
+        .url
+        .as_str()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap()
+        .to_owned();
+    // The same server and database as the role, without a password (the
+    // test cluster trusts local connections).
+    let (scheme, rest) = db.url.as_str().split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let as_role = format!("{scheme}://{role}@{host}");
+    let out = run(orders_api_command().args(["migrate", "--database-url", &as_role]));
+    let _ = diesel::sql_query(format!("DROP ROLE {role}")).execute(&mut admin);
+    assert_one_line_failure(
+        &out,
+        &format!("database \"{name}\" does not exist on postgres://{role}@"),
+    );
+    assert!(
+        stderr(&out).contains("may not create databases"),
+        "{}",
+        stderr(&out)
     );
 }

@@ -260,6 +260,10 @@ both_backends! {
 /// a row the test holds, after the claim was inserted). The claim vanishes
 /// with the killed transaction; after the restart the key runs at once.
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
     if !postgres_available() {
         return;

@@ -211,6 +211,10 @@ fn with_claim_held<T: Send>(
 /// replayed. PostgreSQL only: there a duplicate waits on the claim's row
 /// lock and gives up after `lock_timeout`; SQLite serialises whole writers.
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_holders_answer() {
     if !postgres_available() {
         return;
@@ -272,6 +276,10 @@ fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_an
 /// session idle in its transaction for longer than the lease, which releases
 /// the claim while the holder still hangs.
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
     if !postgres_available() {
         return;

@@ -19,6 +19,10 @@ const THREADS: usize = 40;
 const ROUNDS: usize = 4;
 
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn concurrent_requests_with_one_key_sent_to_two_processes_create_exactly_one_order() {
     if !postgres_available() {
         return;
@@ -74,6 +78,10 @@ fn concurrent_requests_with_one_key_sent_to_two_processes_create_exactly_one_ord
 /// other process, which never restarts. The first process is killed while
 /// its request certainly holds the claim (blocked on a row the test holds).
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn a_claim_held_by_a_killed_process_is_taken_over_by_the_other_process() {
     if !postgres_available() {
         return;

@@ -102,6 +102,10 @@ struct KeyRecord {
 }
 
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn a_database_outage_answers_503_promptly_and_the_service_recovers_by_itself() {
     if !postgres_available() {
         return;
