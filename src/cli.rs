@@ -22,6 +22,8 @@ pub enum CliError {
     NoSuchKey(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Client(#[from] crate::client::command::ClientError),
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
@@ -41,6 +43,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             println!("{purged}");
             Ok(())
         }
+        Command::Client(args) => Ok(crate::client::command::run(args)?),
     }
 }
 

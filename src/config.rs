@@ -32,6 +32,8 @@ pub enum Command {
     Keys(KeysCommand),
     /// Delete expired idempotency-ledger entries once and print how many.
     Purge,
+    /// The offline-first client: queue operations, send them with stored keys.
+    Client(crate::client::command::ClientArgs),
 }
 
 #[derive(Debug, Clone, Subcommand)]

@@ -4,10 +4,12 @@
 //! - [`orders`]: the orders domain;
 //! - [`http`]: routes, authentication, bodies, errors;
 //! - [`db`]: backends, pool, migrations; [`auth`]: API keys;
+//! - [`client`]: the offline-first client (an outbox drained with stored keys);
 //! - [`config`], [`cli`], [`startup`], [`telemetry`]: the process around them.
 
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod db;
 pub mod http;
