@@ -163,7 +163,11 @@ impl<'a> Sender<'a> {
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(SendError::Unauthorized) => {
-                self.outbox.release(claimed, &self.drainer)?;
+                let put_back = Outcome::Retry {
+                    reason: "401 UNAUTHORIZED: the token was refused".into(),
+                    after: Duration::ZERO,
+                };
+                self.outbox.record(claimed, &self.drainer, &put_back)?;
                 return Err(SendError::Unauthorized);
             }
             Err(e) => return Err(e),

@@ -516,22 +516,6 @@ impl Outbox {
         })
     }
 
-    /// Gives a claimed operation back without sending it (it stays due).
-    pub fn release(&mut self, claimed: &Claimed, drainer: &Drainer) -> Result<(), OutboxError> {
-        diesel::update(
-            t::operations
-                .find(claimed.id)
-                .filter(t::lease_owner.eq(drainer.id())),
-        )
-        .set((
-            t::lease_owner.eq(None::<String>),
-            t::lease_until.eq(None::<i64>),
-            t::attempts.eq(t::attempts - 1),
-        ))
-        .execute(&mut self.conn)?;
-        Ok(())
-    }
-
     /// Every operation, in enqueue order.
     pub fn list(&mut self) -> Result<Vec<Operation>, OutboxError> {
         Ok(t::operations
@@ -580,10 +564,25 @@ pub fn now_millis() -> i64 {
 mod tests {
     use super::*;
 
-    fn outbox() -> (Outbox, PathBuf) {
+    /// Removes a test's outbox files when dropped.
+    struct Files(PathBuf);
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut name = self.0.as_os_str().to_owned();
+                name.push(suffix);
+                let _ = std::fs::remove_file(name);
+            }
+            let _ = std::fs::remove_dir_all(drainers_dir(&self.0));
+        }
+    }
+
+    /// The files first: dropped after the outbox that has them open.
+    fn outbox() -> (Files, Outbox) {
         let path =
             std::env::temp_dir().join(format!("outbox-{}.db", uuid::Uuid::now_v7().simple()));
-        (Outbox::open(&path).unwrap(), path)
+        (Files(path.clone()), Outbox::open(&path).unwrap())
     }
 
     fn create(outbox: &mut Outbox) -> Operation {
@@ -616,7 +615,7 @@ mod tests {
 
     #[test]
     fn each_operation_gets_its_own_key_and_a_create_its_own_resource() {
-        let (mut outbox, _) = outbox();
+        let (_files, mut outbox) = outbox();
         let a = create(&mut outbox);
         let b = create(&mut outbox);
         assert_ne!(a.idempotency_key, b.idempotency_key);
@@ -626,7 +625,7 @@ mod tests {
 
     #[test]
     fn an_update_waits_for_its_create_and_is_sent_to_the_order_it_created() {
-        let (mut outbox, _) = outbox();
+        let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
         let update = outbox
@@ -651,7 +650,7 @@ mod tests {
 
     #[test]
     fn a_live_drainers_lease_is_respected_and_a_dead_ones_is_taken_over() {
-        let (mut outbox, _) = outbox();
+        let (_files, mut outbox) = outbox();
         create(&mut outbox);
         let first = outbox.drainer().unwrap();
         let second = outbox.drainer().unwrap();
@@ -667,7 +666,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_recorded_once_and_never_claimed_again() {
-        let (mut outbox, _) = outbox();
+        let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
         let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
@@ -684,7 +683,7 @@ mod tests {
 
     #[test]
     fn an_operation_on_a_failed_create_fails_without_being_sent() {
-        let (mut outbox, _) = outbox();
+        let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
         outbox

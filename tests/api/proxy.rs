@@ -157,17 +157,21 @@ fn read_message(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> 
             break;
         }
     }
-    let length = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        })
-        .and_then(|(_, v)| v.trim().parse().ok())
+    let length = header(&head, "content-length")
+        .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let mut body = vec![0; length];
     stream.read_exact(&mut body).ok()?;
     Some((head, body))
+}
+
+/// The value of header `name` in a message head.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        l.split_once(':')
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+    })
 }
 
 fn serve(client: TcpStream, upstream: &str, step: Step, seen: &Mutex<Seen>, cut: &AtomicUsize) {
@@ -177,13 +181,7 @@ fn serve(client: TcpStream, upstream: &str, step: Step, seen: &Mutex<Seen>, cut:
     let Some((head, body)) = read_message(&mut BufReader::new(reader)) else {
         return;
     };
-    let key = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
-        })
-        .map(|(_, v)| v.trim().to_owned());
+    let key = header(&head, "idempotency-key").map(str::to_owned);
     if let Some(key) = &key {
         let mut seen = seen.lock().unwrap();
         seen.keys.push(key.clone());
