@@ -173,25 +173,45 @@ impl Drainer {
         };
         std::fs::create_dir_all(&dir).map_err(open_error)?;
         let id = uuid::Uuid::now_v7().simple().to_string();
+        // Locked under a temporary name, then renamed: a `.lock` file is
+        // never seen unlocked while its drainer lives.
+        let unnamed = dir.join(format!("{id}.tmp"));
         let path = dir.join(format!("{id}.lock"));
-        let lock = File::create(&path).map_err(open_error)?;
+        let lock = File::create(&unnamed).map_err(open_error)?;
         lock.try_lock().map_err(|e| match e {
             TryLockError::Error(e) => open_error(e),
             TryLockError::WouldBlock => open_error(std::io::ErrorKind::WouldBlock.into()),
         })?;
-        Ok(Self {
+        std::fs::rename(&unnamed, &path).map_err(open_error)?;
+        let drainer = Self {
             id,
             dir,
             path,
             _lock: lock,
-        })
+        };
+        drainer.sweep();
+        Ok(drainer)
+    }
+
+    /// Removes the files of drainers that died (best effort).
+    fn sweep(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".lock")) {
+                self.is_dead(owner);
+            }
+        }
     }
 
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    /// Whether the drainer `owner` is gone (its lock is free or its file is).
+    /// Whether the drainer `owner` is gone (its lock is free or its file
+    /// is); a dead drainer's file is removed.
     fn is_dead(&self, owner: &str) -> bool {
         if owner == self.id {
             return false;
