@@ -376,3 +376,72 @@ both_backends! {
         eprintln!("two drainers took {:?}", started.elapsed());
     }
 }
+
+/// `orders-api client ARGS` with only `env` (and `PATH`) in its environment.
+fn bare_client(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    Command::new(BIN)
+        .arg("client")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .expect("run orders-api client")
+}
+
+#[test]
+fn client_commands_say_in_one_line_what_is_wrong_and_queue_nothing() {
+    let file = TempOutbox::new();
+    let outbox = ("ORDERS_OUTBOX", file.path.as_os_str());
+    let token = ("ORDERS_API_TOKEN", std::ffi::OsStr::new("oa_x"));
+    let create = ["create", "--item", "W", "--quantity", "1", "--price", "1"];
+
+    for (output, says) in [
+        (bare_client(&create, &[outbox]), "no token"),
+        (
+            bare_client(&["update", "op:1"], &[outbox, token]),
+            "at least one of",
+        ),
+        (
+            bare_client(&["update", "op:9", "--quantity", "2"], &[outbox, token]),
+            "no operation 9",
+        ),
+        (
+            bare_client(&["cancel", "op:zero"], &[outbox, token]),
+            "op:N",
+        ),
+    ] {
+        let line = text(&output.stderr);
+        assert!(!output.status.success(), "{line}");
+        assert_eq!(line.trim().lines().count(), 1, "{line}");
+        assert!(line.contains(says), "{line}");
+    }
+    let status = bare_client(&["status", "--json"], &[outbox]);
+    assert_eq!(
+        text(&status.stdout).trim(),
+        "[]",
+        "{}",
+        text(&status.stderr)
+    );
+}
+
+#[test]
+fn the_outbox_lives_in_the_users_data_directory_unless_named() {
+    let home = std::env::temp_dir().join(format!("orders-home-{}", uuid::Uuid::now_v7().simple()));
+    let xdg = home.join("xdg");
+
+    let by_home = bare_client(&["status"], &[("HOME", home.as_os_str())]);
+    let by_xdg = bare_client(
+        &["status"],
+        &[
+            ("HOME", home.as_os_str()),
+            ("XDG_DATA_HOME", xdg.as_os_str()),
+        ],
+    );
+
+    assert!(by_home.status.success(), "{}", text(&by_home.stderr));
+    assert!(by_xdg.status.success(), "{}", text(&by_xdg.stderr));
+    assert!(home.join(".local/share/orders-api/outbox.db").is_file());
+    assert!(xdg.join("orders-api/outbox.db").is_file());
+    let _ = std::fs::remove_dir_all(&home);
+}
