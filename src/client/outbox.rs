@@ -443,7 +443,7 @@ impl Outbox {
                                 // resource): it failed, or answered no order.
                                 let detail = format!(
                                     "operation {n}, whose order this one targets, is {} without an order",
-                                    serde_json::to_value(state).unwrap_or_default()
+                                    state.as_str()
                                 );
                                 let problem = serde_json::json!({
                                     "title": "Target operation failed",
@@ -725,5 +725,14 @@ mod tests {
             .map(Operation::state)
             .collect();
         assert_eq!(states, vec![State::Failed, State::Failed]);
+        let cancel = outbox.get(2).unwrap();
+        assert_eq!(cancel.attempts, 0, "never sent");
+        let problem: Value =
+            serde_json::from_str(cancel.response_body.as_deref().unwrap()).unwrap();
+        assert_eq!(problem["error"], "TARGET_OPERATION_FAILED");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("is failed"),
+            "{problem}"
+        );
     }
 }
