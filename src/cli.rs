@@ -24,6 +24,8 @@ pub enum CliError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Client(#[from] crate::client::command::ClientError),
+    #[error(transparent)]
+    Atk(#[from] crate::atk::AtkError),
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
@@ -44,6 +46,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Client(args) => Ok(crate::client::command::run(args)?),
+        Command::Atk(args) => Ok(crate::atk::run(&args)?),
     }
 }
 

@@ -34,6 +34,8 @@ pub enum Command {
     Purge,
     /// The offline-first client: queue operations, send them with stored keys.
     Client(crate::client::command::ClientArgs),
+    /// Run the attack scenarios (SPEC §5) against a live server and report pass/fail/skip.
+    Atk(crate::atk::AtkArgs),
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -102,6 +104,19 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub db_timeout_secs: u64,
 
+    /// How long a process keeps accepting a token the database accepted, in
+    /// seconds: a revoked key stops working within this time (0: look every
+    /// token up on every request).
+    #[arg(long = "auth-cache-secs", env = "AUTH_CACHE_SECS", default_value_t = 1, global = true,
+          value_parser = clap::value_parser!(u64).range(0..=60))]
+    pub auth_cache_secs: u64,
+
+    /// SQLite: how many writes may wait for the group-commit writer before
+    /// further ones are answered 503 with Retry-After.
+    #[arg(long = "write-queue", env = "SQLITE_WRITE_QUEUE", default_value_t = 4_096, global = true,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub write_queue: u32,
+
     /// HTTP worker threads (default: one per CPU core).
     #[arg(long = "workers", env = "HTTP_WORKERS", global = true, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: Option<u16>,
@@ -141,6 +156,8 @@ impl Settings {
             cors_allowed_origins: Vec::new(),
             pool_size: 10,
             db_timeout_secs: 3,
+            auth_cache_secs: 1,
+            write_queue: 4_096,
             workers: None,
         }
     }
@@ -150,6 +167,7 @@ impl Settings {
             max_size: self.pool_size,
             connection_timeout: Duration::from_secs(self.db_timeout_secs),
             lease: Duration::from_secs(self.lease_secs),
+            write_queue: usize::try_from(self.write_queue).unwrap_or(usize::MAX),
         }
     }
 

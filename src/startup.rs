@@ -7,6 +7,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 
+use crate::auth::cache::TokenCache;
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::http::{self, AppState};
@@ -47,6 +48,7 @@ impl Application {
         let port = listener.local_addr().map_err(bind_error)?.port();
         let state = web::Data::new(AppState {
             pool: pool.clone(),
+            tokens: TokenCache::new(Duration::from_secs(settings.auth_cache_secs)),
             ledger: settings.ledger(),
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             metrics: telemetry::metrics_handle(),

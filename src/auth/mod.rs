@@ -1,6 +1,8 @@
 //! API keys: bearer tokens that name a user. Only a SHA-256 hash of each
 //! token is stored; the token itself is shown once, when it is created.
 
+pub mod cache;
+
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel::prelude::*;
 use sha2::{Digest, Sha256};
@@ -52,10 +54,7 @@ pub fn looks_like_token(s: &str) -> bool {
 }
 
 pub fn hash_token(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Sha256::digest(token.as_bytes()))
 }
 
 fn valid_user_id(user_id: &str) -> bool {
@@ -128,7 +127,7 @@ pub fn authenticate(conn: &mut Conn<'_>, token: &str) -> QueryResult<Option<Stri
         k::api_keys
             .filter(k::token_hash.eq(&hash).and(k::revoked_at.is_null()))
             .select(k::user_id)
-            .first::<String>(c)
+            .get_result::<String>(c)
             .optional()
     })
 }

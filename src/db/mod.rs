@@ -3,12 +3,18 @@
 //! transaction is opened on each backend.
 //!
 //! Query code is written once and compiled for both backends by
-//! [`dispatch!`]; a statement that only one backend understands lives in a
+//! [`dispatch!`]. A lookup by a unique key uses `get_result`, never
+//! `first`: `first` binds `LIMIT ?`, and the bundled SQLite (built with
+//! `SQLITE_ENABLE_STAT4`) expires a cached statement whose plan read a bound
+//! integer each time that parameter is bound again, so every run of it would
+//! be compiled anew (40 % of a `GET` in a profile). a statement that only one backend understands lives in a
 //! small named function beside its siblings (see `idempotency::store`).
 
 pub mod schema;
+pub mod writer;
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -16,6 +22,9 @@ use diesel::prelude::*;
 use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use writer::Writer;
+pub use writer::{WriteError, WriterStats};
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -149,6 +158,9 @@ pub struct PoolOptions {
     /// The idempotency lease: on PostgreSQL no statement and no idle moment
     /// inside a transaction may outlast it.
     pub lease: Duration,
+    /// SQLite: how many units may wait for the writer before a write is
+    /// refused as overloaded.
+    pub write_queue: usize,
 }
 
 type SqliteManager = ConnectionManager<SqliteConnection>;
@@ -157,8 +169,47 @@ type PgManager = ConnectionManager<PgConnection>;
 /// The connection pool of whichever backend `DATABASE_URL` selected.
 #[derive(Clone)]
 pub enum Pool {
-    Sqlite(r2d2::Pool<SqliteManager>),
+    Sqlite(SqlitePool),
     Postgres(r2d2::Pool<PgManager>),
+}
+
+/// SQLite: pooled connections for reads, and one [`Writer`] that commits
+/// every write of this process in batches (started on the first write, so a
+/// command that only reads never opens it).
+#[derive(Clone)]
+pub struct SqlitePool {
+    readers: r2d2::Pool<SqliteManager>,
+    writer: Arc<WriterSlot>,
+}
+
+struct WriterSlot {
+    path: String,
+    session: SqliteSession,
+    capacity: usize,
+    writer: Mutex<Option<Arc<Writer>>>,
+}
+
+impl WriterSlot {
+    fn get(&self) -> Result<Arc<Writer>, WriteError> {
+        let mut slot = self
+            .writer
+            .lock()
+            .map_err(|_| WriteError::Unavailable("the writer's lock is poisoned".into()))?;
+        if let Some(writer) = slot.as_ref() {
+            return Ok(Arc::clone(writer));
+        }
+        let unavailable =
+            |e: String| WriteError::Unavailable(format!("cannot open the writer: {e}"));
+        let mut conn =
+            SqliteConnection::establish(&self.path).map_err(|e| unavailable(e.to_string()))?;
+        self.session
+            .apply(&mut conn)
+            .map_err(|e| unavailable(e.to_string()))?;
+        let writer =
+            Arc::new(Writer::start(conn, self.capacity).map_err(|e| unavailable(e.to_string()))?);
+        *slot = Some(Arc::clone(&writer));
+        Ok(writer)
+    }
 }
 
 /// A connection checked out of [`Pool`].
@@ -234,11 +285,19 @@ impl Pool {
                     cause: e.to_string(),
                 })?;
                 drop(probe);
-                pool_builder(options)
+                let readers = pool_builder(options)
                     .connection_customizer(Box::new(session))
                     .build(ConnectionManager::new(url.as_str()))
-                    .map(Pool::Sqlite)
-                    .map_err(|e| SetupError::Pool(e.to_string()))
+                    .map_err(|e| SetupError::Pool(e.to_string()))?;
+                Ok(Pool::Sqlite(SqlitePool {
+                    readers,
+                    writer: Arc::new(WriterSlot {
+                        path: url.as_str().to_owned(),
+                        session,
+                        capacity: options.write_queue.max(1),
+                        writer: Mutex::new(None),
+                    }),
+                }))
             }
             Backend::Postgres => {
                 PgConnection::establish(url.as_str()).map_err(connect_error)?;
@@ -260,13 +319,52 @@ impl Pool {
         }
     }
 
-    /// Checks out a connection, waiting at most the pool's connection timeout.
+    /// Checks out a connection for reading (on PostgreSQL also for writing
+    /// outside [`Pool::write`], as one-shot commands do), waiting at most
+    /// the pool's connection timeout.
     pub fn get(&self) -> Result<PooledConn, Unavailable> {
         match self {
-            Pool::Sqlite(p) => p.get().map(PooledConn::Sqlite),
+            Pool::Sqlite(p) => p.readers.get().map(PooledConn::Sqlite),
             Pool::Postgres(p) => p.get().map(PooledConn::Postgres),
         }
         .map_err(|e| Unavailable(e.to_string()))
+    }
+
+    /// What the SQLite writer has done (`None` on PostgreSQL, or before the
+    /// first write).
+    pub fn writer_stats(&self) -> Option<WriterStats> {
+        match self {
+            Pool::Sqlite(p) => p.writer.writer.lock().ok()?.as_ref().map(|w| w.stats()),
+            Pool::Postgres(_) => None,
+        }
+    }
+
+    /// Runs `work` as one unit of writing, atomically: `Ok` persists (and is
+    /// on stable storage when this returns), `Err` changes nothing.
+    ///
+    /// - SQLite: the unit joins the [`Writer`]'s next batch, inside its own
+    ///   savepoint of the batch's transaction, and this returns once that
+    ///   transaction has committed (group commit).
+    /// - PostgreSQL: a read-committed transaction on a pooled connection;
+    ///   the server's own WAL flushing groups concurrent commits.
+    ///
+    /// The outer `Err` says the unit's fate is that of a rolled-back one
+    /// (the batch could not commit, or no connection was available).
+    pub fn write<F, T, E>(&self, work: F) -> Result<Result<T, E>, WriteError>
+    where
+        F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<DieselError> + Send + 'static,
+    {
+        match self {
+            Pool::Sqlite(p) => p.writer.get()?.run(work),
+            Pool::Postgres(p) => {
+                let mut conn = p
+                    .get()
+                    .map_err(|e| WriteError::Unavailable(e.to_string()))?;
+                Ok(conn.transaction(|c| work(&mut Conn::Postgres(c))))
+            }
+        }
     }
 }
 
@@ -289,23 +387,6 @@ impl PooledConn {
         match self {
             PooledConn::Sqlite(c) => Conn::Sqlite(c),
             PooledConn::Postgres(c) => Conn::Postgres(c),
-        }
-    }
-
-    /// Runs `f` in one writing transaction: `BEGIN IMMEDIATE` on SQLite (a
-    /// deferred transaction that reads then writes fails with "database is
-    /// locked" under concurrent writers), a read-committed transaction on
-    /// PostgreSQL. `f`'s error rolls everything back.
-    pub fn write_transaction<T, E>(
-        &mut self,
-        f: impl FnOnce(&mut Conn<'_>) -> Result<T, E>,
-    ) -> Result<T, E>
-    where
-        E: From<DieselError>,
-    {
-        match self {
-            PooledConn::Sqlite(c) => c.immediate_transaction(|c| f(&mut Conn::Sqlite(c))),
-            PooledConn::Postgres(c) => c.transaction(|c| f(&mut Conn::Postgres(c))),
         }
     }
 }
@@ -387,7 +468,7 @@ impl SqliteSession {
         conn.batch_execute(&format!(
             "PRAGMA busy_timeout = {};
              PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = NORMAL;
+             PRAGMA synchronous = FULL;
              PRAGMA foreign_keys = ON;",
             self.busy_timeout.as_millis()
         ))

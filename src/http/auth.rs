@@ -31,18 +31,28 @@ pub async fn require_bearer<B: MessageBody>(
     }
 }
 
+/// The token's user: from the [`auth::cache::TokenCache`] when the database
+/// accepted the token moments ago, else from the database (and remembered).
 async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     let token = bearer_token(req).ok_or(ApiError::Unauthorized)?;
     let state = req
         .app_data::<web::Data<AppState>>()
         .cloned()
         .ok_or_else(|| ApiError::Internal("application state missing".into()))?;
-    web::block(move || -> Result<Option<String>, ApiError> {
+    let hash = auth::hash_token(&token);
+    if let Some(user) = state.tokens.get(&hash) {
+        return Ok(user);
+    }
+    let user = web::block(move || -> Result<Option<String>, ApiError> {
         let mut pooled = state.pool.get()?;
-        Ok(auth::authenticate(&mut pooled.conn(), &token)?)
+        let user = auth::authenticate(&mut pooled.conn(), &token)?;
+        if let Some(user) = &user {
+            state.tokens.insert(&hash, user);
+        }
+        Ok(user)
     })
-    .await??
-    .ok_or(ApiError::Unauthorized)
+    .await??;
+    user.ok_or(ApiError::Unauthorized)
 }
 
 fn bearer_token(req: &ServiceRequest) -> Option<String> {

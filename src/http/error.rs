@@ -251,6 +251,7 @@ impl From<LedgerError<ApiError>> for ApiError {
             LedgerError::Unavailable(cause) => ApiError::Unavailable(cause),
             LedgerError::LeaseExpired => ApiError::Unavailable("the claim's lease ran out".into()),
             LedgerError::Database(e) => ApiError::Internal(e.to_string()),
+            LedgerError::Internal(cause) => ApiError::Internal(cause),
             LedgerError::Operation(e) => e,
         }
     }

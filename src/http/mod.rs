@@ -15,6 +15,7 @@ use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::auth::cache::TokenCache;
 use crate::db::Pool;
 use crate::idempotency::Ledger;
 use error::ApiError;
@@ -22,6 +23,8 @@ use error::ApiError;
 /// What every handler shares.
 pub struct AppState {
     pub pool: Pool,
+    /// Tokens the database accepted moments ago (see its bound on revocation).
+    pub tokens: TokenCache,
     pub ledger: Ledger,
     pub max_body_bytes: usize,
     pub metrics: PrometheusHandle,

@@ -98,15 +98,18 @@ impl Mutation {
             + 'static,
     {
         let ctx = self.ctx;
+        // One trip to the blocking pool: the ledger's pre-read and, for a
+        // new key, the wait for the unit's commit.
         let outcome = web::block(move || {
             let request = LedgerRequest {
                 user_id: &ctx.user_id,
                 key: &ctx.key,
                 fingerprint: &ctx.fingerprint,
             };
+            let unit_ctx = ctx.clone();
             state
                 .ledger
-                .execute(&state.pool, request, |tx| match work(tx, &ctx) {
+                .execute(&state.pool, request, move |tx| match work(tx, &unit_ctx) {
                     Err(e) if !e.status().is_server_error() => {
                         Ok(Completion::Record(e.to_recorded()))
                     }
@@ -119,34 +122,13 @@ impl Mutation {
                 crate::telemetry::idempotency_outcome("lease_expired");
             }
         })?;
-        crate::telemetry::idempotency_outcome(outcome_label(&outcome));
+        crate::telemetry::idempotency_outcome(outcome.label());
         match outcome {
-            Outcome::Executed(response) | Outcome::Released(response) => {
-                Ok(to_http(response, false))
-            }
+            Outcome::Executed(response) => Ok(to_http(response, false)),
             Outcome::Replayed(response) => Ok(to_http(response, true)),
             Outcome::KeyReused => Err(ApiError::KeyReused),
             Outcome::InProgress => Err(ApiError::InProgress),
         }
-    }
-}
-
-/// The outcome as logs and metrics name it. A released claim answered from
-/// elsewhere: a replay when it says so, else a refusal of a reused key.
-fn outcome_label(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Released(response)
-            if response
-                .headers
-                .iter()
-                .any(|(name, _)| name.eq_ignore_ascii_case(REPLAYED_HEADER)) =>
-        {
-            "replayed"
-        }
-        Outcome::Released(response) if response.status == StatusCode::CONFLICT.as_u16() => {
-            "key_reused"
-        }
-        other => other.label(),
     }
 }
 
@@ -182,14 +164,6 @@ pub fn json_reply(
         headers,
         body: serde_json::to_vec(body).unwrap_or_default(),
     }
-}
-
-/// Marks a live answer as a replay of an earlier request's effect.
-pub fn mark_replayed(mut response: RecordedResponse) -> RecordedResponse {
-    response
-        .headers
-        .push((REPLAYED_HEADER.to_owned(), "true".to_owned()));
-    response
 }
 
 fn to_http(response: RecordedResponse, replayed: bool) -> HttpResponse {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::auth::AuthUser;
 use super::error::{ApiError, Problem};
-use super::mutation::{BodyRule, Mutation, json_reply, mark_replayed};
+use super::mutation::{BodyRule, Mutation, json_reply};
 use crate::idempotency::Completion;
 use crate::orders::input::{parse_new_order, parse_order_patch};
 use crate::orders::model::{Order, OrderView};
@@ -62,12 +62,12 @@ pub async fn create(
                     // The ledger entry of the request that created this order was
                     // purged; the UNIQUE (user_id, idempotency_key) column still
                     // knows it. Answer from the order, record nothing.
-                    Created::Existing(order) => Completion::Release(mark_replayed(json_reply(
+                    Created::Existing(order) => Completion::ReplayFound(json_reply(
                         StatusCode::OK,
                         &order.view(),
                         Some(location(&order)),
-                    ))),
-                    Created::KeyReused => Completion::Release(ApiError::KeyReused.to_recorded()),
+                    )),
+                    Created::KeyReused => Completion::KeyReusedFound,
                 },
             )
         })

@@ -36,7 +36,7 @@ use diesel::result::Error as DieselError;
 pub use fingerprint::Fingerprint;
 pub use key::{HEADER, IdempotencyKey, KeyError, MAX_LEN};
 
-use crate::db::{self, Conn, Failure, Pool};
+use crate::db::{self, Conn, Failure, Pool, WriteError};
 
 /// The only response headers recorded and replayed.
 pub const RECORDED_HEADERS: [&str; 3] = ["location", "content-type", "etag"];
@@ -86,10 +86,14 @@ impl RecordedResponse {
 pub enum Completion {
     /// Record the response with the change and commit.
     Record(RecordedResponse),
-    /// Roll back (the claim too) and answer without recording: the mutation
-    /// changed nothing and found its answer elsewhere, so the key must stay
-    /// free for the request that owns it.
-    Release(RecordedResponse),
+    /// Roll back (the claim too) and answer this as a replay: the mutation
+    /// found its effect already made elsewhere (by an earlier request with
+    /// this key whose ledger entry is gone) and changed nothing. The key
+    /// stays unrecorded, so that earlier effect remains its only record.
+    ReplayFound(RecordedResponse),
+    /// Roll back (the claim too) and refuse the key as reused: the mutation
+    /// found it spent elsewhere on a different request.
+    KeyReusedFound,
 }
 
 /// How the ledger answered a request.
@@ -97,9 +101,9 @@ pub enum Completion {
 pub enum Outcome {
     /// The mutation ran now; this is its response.
     Executed(RecordedResponse),
-    /// The mutation ran and released its claim (see [`Completion::Release`]).
-    Released(RecordedResponse),
-    /// An earlier request with this key and fingerprint answered this.
+    /// An earlier request with this key and fingerprint answered this: the
+    /// recorded response, or one the mutation found (see
+    /// [`Completion::ReplayFound`]).
     Replayed(RecordedResponse),
     /// The key was used for a different request.
     KeyReused,
@@ -112,7 +116,6 @@ impl Outcome {
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Executed(_) => "executed",
-            Outcome::Released(_) => "released",
             Outcome::Replayed(_) => "replayed",
             Outcome::KeyReused => "key_reused",
             Outcome::InProgress => "in_progress",
@@ -127,10 +130,23 @@ pub enum LedgerError<E> {
     Unavailable(String),
     #[error("database error: {0}")]
     Database(DieselError),
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("the claim's lease ran out before the mutation finished")]
     LeaseExpired,
     #[error("the mutation failed")]
     Operation(E),
+}
+
+impl<E> From<WriteError> for LedgerError<E> {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Unavailable(_) | WriteError::Overloaded => {
+                LedgerError::Unavailable(e.to_string())
+            }
+            WriteError::Panicked(_) => LedgerError::Internal(e.to_string()),
+        }
+    }
 }
 
 /// The transaction that holds a fresh claim. Only the ledger makes one, so a
@@ -160,10 +176,10 @@ pub struct Ledger {
     pub lease: Duration,
 }
 
-/// Why a claimed transaction was rolled back.
+/// Why a claimed unit was rolled back.
 enum Abort<E> {
     Database(DieselError),
-    Release(RecordedResponse),
+    Release(Outcome),
     LeaseExpired,
     Operation(E),
 }
@@ -176,24 +192,30 @@ impl<E> From<DieselError> for Abort<E> {
 
 impl Ledger {
     /// Answers one mutating request: replays, refuses, or runs `mutation`
-    /// exactly once and records its response in the same transaction.
-    /// `mutation`'s `Err` (a 5xx) rolls everything back and frees the key.
-    pub fn execute<E>(
+    /// exactly once and records its response in the same unit of writing
+    /// (see [`Pool::write`]). `mutation`'s `Err` (a 5xx) rolls the unit back
+    /// and frees the key.
+    pub fn execute<E, F>(
         &self,
         pool: &Pool,
         request: LedgerRequest<'_>,
-        mutation: impl FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, E>,
-    ) -> Result<Outcome, LedgerError<E>> {
-        let key = request.key.as_str();
-        let user = request.user_id;
-        let fingerprint = request.fingerprint.as_str();
-        let mut pooled = pool
-            .get()
-            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-
-        let existing = store::find(&mut pooled.conn(), key, user).map_err(database_error)?;
-        if let Some(outcome) = existing.and_then(|entry| decide(&entry, fingerprint)) {
-            return Ok(outcome);
+        mutation: F,
+    ) -> Result<Outcome, LedgerError<E>>
+    where
+        F: FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static,
+    {
+        let key = request.key.as_str().to_owned();
+        let user = request.user_id.to_owned();
+        let fingerprint = request.fingerprint.as_str().to_owned();
+        {
+            let mut pooled = pool
+                .get()
+                .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+            let existing = store::find(&mut pooled.conn(), &key, &user).map_err(database_error)?;
+            if let Some(outcome) = existing.and_then(|entry| decide(&entry, &fingerprint)) {
+                return Ok(outcome);
+            }
         }
 
         let now = Utc::now();
@@ -204,12 +226,12 @@ impl Ledger {
             .checked_add_signed(keep)
             .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
         let lease = self.lease;
-        let result = pooled.write_transaction(|conn| -> Result<Outcome, Abort<E>> {
-            if !store::claim(conn, key, user, fingerprint, now, expires_at)? {
-                // Someone else holds or held the key; their transaction is over.
-                let entry = store::find(conn, key, user)?;
+        let unit = move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E>> {
+            if !store::claim(conn, &key, &user, &fingerprint, now, expires_at)? {
+                // Someone else holds or held the key; their unit is over.
+                let entry = store::find(conn, &key, &user)?;
                 return Ok(entry
-                    .and_then(|e| decide(&e, fingerprint))
+                    .and_then(|e| decide(&e, &fingerprint))
                     .unwrap_or(Outcome::InProgress));
             }
             // The lease runs from the moment the claim is held, not from the
@@ -218,20 +240,23 @@ impl Ledger {
             let claimed_at = Instant::now();
             let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
             match completion {
-                Completion::Release(response) => Err(Abort::Release(response)),
+                Completion::ReplayFound(response) => {
+                    Err(Abort::Release(Outcome::Replayed(response)))
+                }
+                Completion::KeyReusedFound => Err(Abort::Release(Outcome::KeyReused)),
                 Completion::Record(response) => {
                     // The fence: a holder past its lease must not commit.
                     if claimed_at.elapsed() >= lease {
                         return Err(Abort::LeaseExpired);
                     }
-                    store::complete(conn, key, user, &response.recordable())?;
+                    store::complete(conn, &key, &user, &response.recordable())?;
                     Ok(Outcome::Executed(response))
                 }
             }
-        });
-        match result {
+        };
+        match pool.write(unit)? {
             Ok(outcome) => Ok(outcome),
-            Err(Abort::Release(response)) => Ok(Outcome::Released(response)),
+            Err(Abort::Release(outcome)) => Ok(outcome),
             Err(Abort::LeaseExpired) => Err(LedgerError::LeaseExpired),
             Err(Abort::Operation(e)) => Err(LedgerError::Operation(e)),
             Err(Abort::Database(e)) if db::classify(&e) == Failure::LockTimeout => {
@@ -250,14 +275,11 @@ impl Ledger {
         batch: i64,
         max_batches: usize,
     ) -> Result<usize, LedgerError<E>> {
-        let mut pooled = pool
-            .get()
-            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
         let mut total = 0;
         for _ in 0..max_batches {
             let now = Utc::now();
-            let deleted = pooled
-                .write_transaction(|conn| store::purge_batch(conn, now, batch))
+            let deleted = pool
+                .write(move |conn| store::purge_batch(conn, now, batch))?
                 .map_err(database_error)?;
             total += deleted;
             if (deleted as i64) < batch {

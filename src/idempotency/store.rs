@@ -26,7 +26,7 @@ pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<Option
         l::idempotency_ledger
             .filter(l::idempotency_key.eq(key).and(l::user_id.eq(user_id)))
             .select((l::request_fingerprint, l::response_status, l::response_headers, l::response_body))
-            .first::<Row>(c)
+            .get_result::<Row>(c)
             .optional()
     })?;
     Ok(row.map(|(fingerprint, status, headers, body)| Entry {

@@ -84,7 +84,7 @@ pub fn insert(conn: &mut Conn<'_>, new: &NewRow<'_>) -> QueryResult<bool> {
 pub fn find(conn: &mut Conn<'_>, user_id: &str, id: OrderId) -> QueryResult<Option<OrderRow>> {
     dispatch!(conn, c, s => {
         use s::orders::dsl as t;
-        t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id))).first::<OrderRow>(c).optional()
+        t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id))).get_result::<OrderRow>(c).optional()
     })
 }
 
@@ -93,7 +93,7 @@ pub fn find_by_key(conn: &mut Conn<'_>, user_id: &str, key: &str) -> QueryResult
         use s::orders::dsl as t;
         t::orders
             .filter(t::user_id.eq(user_id).and(t::idempotency_key.eq(key)))
-            .first::<OrderRow>(c)
+            .get_result::<OrderRow>(c)
             .optional()
     })
 }
@@ -102,7 +102,7 @@ pub fn find_by_key(conn: &mut Conn<'_>, user_id: &str, key: &str) -> QueryResult
 pub fn seq_of(conn: &mut Conn<'_>, user_id: &str, id: OrderId) -> QueryResult<Option<i64>> {
     dispatch!(conn, c, s => {
         use s::orders::dsl as t;
-        t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id))).select(t::seq).first::<i64>(c).optional()
+        t::orders.filter(t::user_id.eq(user_id).and(t::id.eq(id))).select(t::seq).get_result::<i64>(c).optional()
     })
 }
 

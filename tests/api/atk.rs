@@ -1,5 +1,11 @@
-//! One test per attack scenario of SPEC §5 (ATK-05, the concurrent one,
-//! lives with the concurrency tests).
+//! One test per attack scenario of SPEC §5 and per extra the `atk` command
+//! judges: each runs the command's own definition (`orders_api::atk`)
+//! against the spawned server, so CI and `orders-api atk` cannot drift
+//! apart, then checks in the database what HTTP cannot see.
+
+use orders_api::atk::probe::Answer;
+use orders_api::atk::{self, CheckReport, Target};
+use serde_json::Value;
 
 use crate::both_backends;
 use crate::expect::*;
@@ -8,10 +14,73 @@ use crate::helpers::*;
 const FOREIGN_ORIGIN: &str = "https://evil.example";
 const SHOP_ORIGIN: &str = "https://shop.example";
 
-/// A POST whose body is fine but refused: 422 on `field`, and nothing stored.
-fn assert_refused_without_trace(app: &TestApp, key: &str, body: &str, fields: &[&str]) {
-    let response = app.post_order(Some(key), body);
-    assert_invalid_fields(&response, fields);
+/// The target `orders-api atk` would see: `app`, as alice (user A) and bob
+/// (user B). The orders it creates are kept, for the database assertions.
+pub fn target_of(app: &TestApp) -> Target {
+    let mut target = Target::new(&app.address);
+    target.token = Some(app.token.clone());
+    target.token_b = Some(app.create_token("bob"));
+    target
+}
+
+/// Runs the attack `id` against `app` and fails, with its evidence, unless
+/// it passed. Returns the report.
+fn assert_attack_passes(app: &TestApp, id: &str) -> CheckReport {
+    let attack = atk::find(id).unwrap_or_else(|| panic!("{id} is not defined"));
+    let report = attack.run(&target_of(app));
+    assert!(
+        report.passed(),
+        "{id} failed against this service:\n{}",
+        report.evidence()
+    );
+    report
+}
+
+/// Every answer the check kept, in order.
+fn answers(report: &CheckReport) -> Vec<&Answer> {
+    report
+        .exchanges
+        .iter()
+        .filter_map(|e| e.response.as_ref())
+        .collect()
+}
+
+fn json(answer: &Answer) -> Value {
+    serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", answer.body))
+}
+
+/// Every answer with `status` is a problem with this `error` code.
+fn assert_codes(report: &CheckReport, status: u16, code: &str) {
+    let matching: Vec<&Answer> = answers(report)
+        .into_iter()
+        .filter(|a| a.status == status)
+        .collect();
+    assert!(!matching.is_empty(), "no {status} in {}", report.evidence());
+    for answer in matching {
+        assert_eq!(json(answer)["error"], code, "{}", answer.body);
+    }
+}
+
+/// The fields the `422` answers name, one list per answer.
+fn failing_fields_of(report: &CheckReport) -> Vec<Vec<String>> {
+    answers(report)
+        .into_iter()
+        .filter(|a| a.status == 422)
+        .map(|a| {
+            let mut fields: Vec<String> = json(a)["errors"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no errors in {}", a.body))
+                .iter()
+                .map(|e| e["field"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            fields.sort();
+            fields
+        })
+        .collect()
+}
+
+/// Nothing stored: no order, and the key the attack used is still unused.
+fn assert_nothing_stored(app: &TestApp) {
     assert_eq!(app.order_count(), 0, "a refused order is not stored");
     assert_eq!(
         app.ledger_count(),
@@ -23,186 +92,97 @@ fn assert_refused_without_trace(app: &TestApp, key: &str, body: &str, fields: &[
 both_backends! {
     fn atk_01_a_post_without_an_idempotency_key_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-
-        let response = app.post_order(None, &order_body("Widget", 2, "9.99"));
-
-        assert_key_refused(&response, MISSING_KEY_DETAIL);
-        assert_eq!(response.json()["detail"], MISSING_KEY_DETAIL);
-        assert_eq!(app.order_count(), 0);
-        assert_eq!(app.ledger_count(), 0);
+        let report = assert_attack_passes(&app, "ATK-01");
+        assert_codes(&report, 400, "VALIDATION_FAILED");
+        assert_eq!(json(answers(&report)[0])["detail"], MISSING_KEY_DETAIL);
+        assert_nothing_stored(&app);
     }
 
     fn atk_02_an_empty_or_whitespace_only_key_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-
-        for key in ["", " ", "   ", "\t", " \t "] {
-            let response = app.post_order(Some(key), &order_body("Widget", 2, "9.99"));
-
-            assert_key_refused(&response, MISSING_KEY_DETAIL);
-            assert_eq!(response.json()["detail"], MISSING_KEY_DETAIL, "key {key:?}");
+        let report = assert_attack_passes(&app, "ATK-02");
+        assert_eq!(answers(&report).len(), 5);
+        for answer in answers(&report) {
+            assert_eq!(json(answer)["detail"], MISSING_KEY_DETAIL);
         }
-        assert_eq!(app.order_count(), 0);
-        assert_eq!(app.ledger_count(), 0);
+        assert_nothing_stored(&app);
     }
 
     fn atk_03_replaying_a_key_with_a_changed_body_is_a_conflict_and_the_original_order_is_unchanged(backend) {
         let app = TestApp::spawn(backend);
-        let created = app.post_order(Some("atk-03"), &order_body("Widget", 2, "9.99"));
-        assert_eq!(created.status, 201, "{}", created.body);
-        let id = id_of(&created);
-
-        let tampered = app.post_order(Some("atk-03"), &order_body("Widget", 99, "0.01"));
-
-        assert_problem(
-            &tampered,
-            409,
-            "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD",
-        );
+        let report = assert_attack_passes(&app, "ATK-03");
+        assert_codes(&report, 409, "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD");
+        let created = json(answers(&report)[0]);
+        let id = created["id"].as_str().expect("id");
         assert_eq!(app.order_count(), 1, "no new order");
         assert_eq!(
-            stored_order(&app, "alice", &id),
-            Some(created.json()),
+            stored_order(&app, "alice", id),
+            Some(created.clone()),
             "the original order is unchanged"
         );
-        let read = app.call("GET", &format!("/v1/orders/{id}"), None, None);
-        assert_eq!(read.json()["quantity"], 2);
-        assert_eq!(raw_member(&read.body, "price"), "9.99");
-        assert_eq!(raw_member(&read.body, "total_price"), "19.98");
+        assert_eq!(created["quantity"], 2);
     }
 
     fn atk_04_two_different_keys_create_two_orders_by_design(backend) {
         let app = TestApp::spawn(backend);
-        let body = order_body("Widget", 2, "9.99");
-
-        let first = app.post_order(Some("atk-04-a"), &body);
-        let second = app.post_order(Some("atk-04-b"), &body);
-
-        assert_eq!(first.status, 201, "{}", first.body);
-        assert_eq!(second.status, 201, "{}", second.body);
-        assert_not_replayed(&second);
-        assert_ne!(id_of(&first), id_of(&second));
-        assert_ne!(first.header("Location"), second.header("Location"));
+        assert_attack_passes(&app, "ATK-04");
         assert_eq!(app.order_count(), 2);
+        assert_eq!(app.ledger_count(), 2);
+    }
+
+    fn atk_05_concurrent_requests_with_one_key_create_exactly_one_order(backend) {
+        let app = TestApp::spawn(backend);
+        let report = assert_attack_passes(&app, "ATK-05");
+        let rounds = report.notes.iter().filter(|n| n.starts_with("round ")).count();
+        assert_eq!(rounds, 3, "{:?}", report.notes);
+        assert_eq!(app.order_count(), 3, "one order per round");
+        assert_eq!(app.ledger_count(), 3, "one ledger entry per round's key");
+        for answer in answers(&report).into_iter().filter(|a| a.status == 409) {
+            assert_eq!(json(answer)["error"], "IDEMPOTENCY_IN_PROGRESS");
+        }
     }
 
     fn atk_06_a_negative_quantity_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        assert_refused_without_trace(
-            &app,
-            "atk-06",
-            &order_body("Widget", -1, "9.99"),
-            &["quantity"],
-        );
-        assert_refused_without_trace(
-            &app,
-            "atk-06",
-            &order_body("Widget", -1_000_000, "9.99"),
-            &["quantity"],
-        );
+        let report = assert_attack_passes(&app, "ATK-06");
+        assert_eq!(failing_fields_of(&report), vec![vec!["quantity"]; 2]);
+        assert_nothing_stored(&app);
     }
 
     fn atk_07_a_zero_quantity_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        assert_refused_without_trace(
-            &app,
-            "atk-07",
-            &order_body("Widget", 0, "9.99"),
-            &["quantity"],
-        );
+        let report = assert_attack_passes(&app, "ATK-07");
+        assert_eq!(failing_fields_of(&report), vec![vec!["quantity"]]);
+        assert_nothing_stored(&app);
     }
 
     fn atk_08_a_missing_item_or_other_required_field_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        assert_refused_without_trace(&app, "atk-08", r#"{"quantity":2,"price":9.99}"#, &["item"]);
-        assert_refused_without_trace(
-            &app,
-            "atk-08",
-            r#"{"item":"Widget","price":9.99}"#,
-            &["quantity"],
+        let report = assert_attack_passes(&app, "ATK-08");
+        assert_eq!(
+            failing_fields_of(&report),
+            vec![
+                vec!["item"],
+                vec!["quantity"],
+                vec!["price"],
+                vec!["item", "price", "quantity"],
+            ]
         );
-        assert_refused_without_trace(
-            &app,
-            "atk-08",
-            r#"{"item":"Widget","quantity":2}"#,
-            &["price"],
-        );
-        assert_refused_without_trace(&app, "atk-08", "{}", &["item", "quantity", "price"]);
+        assert_nothing_stored(&app);
     }
 
     fn atk_09_a_cross_origin_form_post_is_refused_and_foreign_origins_get_no_cors_grant(backend) {
         let app = TestApp::spawn(backend);
-        let auth = format!("Bearer {}", app.token);
-
-        for content_type in [
-            "application/x-www-form-urlencoded",
-            "multipart/form-data; boundary=x",
-            "text/plain",
-        ] {
-            let form = app.request(
-                "POST",
-                "/v1/orders",
-                &[
-                    ("Authorization", auth.as_str()),
-                    ("Idempotency-Key", "atk-09"),
-                    ("Origin", FOREIGN_ORIGIN),
-                    ("Content-Type", content_type),
-                ],
-                Some("item=Widget&quantity=2&price=9.99"),
-            );
-            assert_problem(&form, 415, "UNSUPPORTED_MEDIA_TYPE");
-            assert_eq!(
-                form.header("Access-Control-Allow-Origin"),
-                None,
-                "{content_type}"
-            );
-        }
-
-        let preflight = app.request(
-            "OPTIONS",
-            "/v1/orders",
-            &[
-                ("Origin", FOREIGN_ORIGIN),
-                ("Access-Control-Request-Method", "POST"),
-                (
-                    "Access-Control-Request-Headers",
-                    "authorization, content-type, idempotency-key",
-                ),
-            ],
-            None,
-        );
-        assert!(preflight.status < 500, "{}", preflight.status);
+        let report = assert_attack_passes(&app, "ATK-09");
+        assert_codes(&report, 415, "UNSUPPORTED_MEDIA_TYPE");
+        let preflight = answers(&report)[3];
         if preflight.status >= 400 {
-            assert_eq!(
-                preflight.header("Content-Type"),
-                Some("application/problem+json"),
-                "a refused preflight is a problem like every other error: {}",
-                preflight.body
+            assert!(
+                preflight.headers.iter().any(|(n, v)| n == "content-type" && v == PROBLEM_JSON),
+                "a refused preflight is a problem like every other error: {preflight:?}"
             );
         }
-        assert_eq!(preflight.header("Access-Control-Allow-Origin"), None);
-        assert_eq!(preflight.header("Access-Control-Allow-Methods"), None);
-
-        let json_post = app.request(
-            "POST",
-            "/v1/orders",
-            &[
-                ("Authorization", auth.as_str()),
-                ("Idempotency-Key", "atk-09-json"),
-                ("Origin", FOREIGN_ORIGIN),
-                ("Content-Type", "application/json"),
-            ],
-            Some(&order_body("Widget", 2, "9.99")),
-        );
-        assert_eq!(
-            json_post.header("Access-Control-Allow-Origin"),
-            None,
-            "a browser may not read it"
-        );
-        assert_eq!(
-            app.order_count(),
-            1,
-            "only the JSON request created an order"
-        );
+        assert_eq!(app.order_count(), 1, "only the JSON request created an order");
     }
 
     fn atk_09_an_allowed_origin_does_get_the_cors_grant(backend) {
@@ -285,53 +265,74 @@ both_backends! {
 
     fn atk_10_a_negative_price_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        assert_refused_without_trace(
-            &app,
-            "atk-10",
-            &order_body("Widget", 2, "-0.01"),
-            &["price"],
-        );
-        assert_refused_without_trace(
-            &app,
-            "atk-10",
-            &order_body("Widget", 2, "-9.99"),
-            &["price"],
-        );
+        let report = assert_attack_passes(&app, "ATK-10");
+        assert_eq!(failing_fields_of(&report), vec![vec!["price"]; 2]);
+        assert_nothing_stored(&app);
     }
 
     fn atk_11_a_quantity_given_as_a_string_or_a_float_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        for quantity in [r#""2""#, "2.5", "2.0"] {
-            let body = format!(r#"{{"item":"Widget","quantity":{quantity},"price":9.99}}"#);
-            assert_refused_without_trace(&app, "atk-11", &body, &["quantity"]);
+        let report = assert_attack_passes(&app, "ATK-11");
+        let sent: Vec<&str> = report
+            .exchanges
+            .iter()
+            .filter_map(|e| e.request.body.as_deref())
+            .collect();
+        for quantity in ["\"1\"", "1.5", "1.0", "1e2", "true", "null"] {
+            let member = format!("\"quantity\":{quantity},");
+            assert!(sent.iter().any(|b| b.contains(&member)), "{quantity} was not sent: {sent:?}");
         }
+        assert_eq!(failing_fields_of(&report), vec![vec!["quantity"]; 6]);
+        assert_nothing_stored(&app);
     }
 
     fn atk_12_sql_in_the_key_is_an_opaque_key_and_the_tables_are_intact(backend) {
         let app = TestApp::spawn(backend);
-        let body = order_body("Widget", 2, "9.99");
-        let mut keys = vec!["'; DROP TABLE orders; --".to_owned()];
-        keys.push(r#"x' OR '1'='1"#.to_owned());
-        keys.push(r#"\"); DELETE FROM idempotency_ledger; --"#.to_owned());
-
-        for key in &keys {
-            let created = app.post_order(Some(key), &body);
-            assert_eq!(created.status, 201, "key {key:?}: {}", created.body);
-            let replay = app.post_order(Some(key), &body);
-            assert_replay_of(&created, &replay);
-        }
-
-        assert_eq!(
-            app.order_count(),
-            keys.len() as i64,
-            "one order per key, tables intact"
+        let report = assert_attack_passes(&app, "ATK-12");
+        assert!(
+            report.exchanges.iter().any(|e| e
+                .request
+                .headers
+                .iter()
+                .any(|(_, v)| v.contains("'; DROP TABLE orders; --"))),
+            "{}",
+            report.evidence()
         );
-        assert_eq!(app.ledger_count(), keys.len() as i64);
-        let list = app.call("GET", "/v1/orders", None, None);
-        assert_eq!(list.status, 200);
-        assert_eq!(
-            list.json()["data"].as_array().map(Vec::len),
-            Some(keys.len())
-        );
+        assert_eq!(app.order_count(), 3, "one order per key, tables intact");
+        assert_eq!(app.ledger_count(), 3);
+    }
+
+    fn ext_01_the_same_key_used_by_another_user_is_an_unrelated_key(backend) {
+        let app = TestApp::spawn(backend);
+        assert_attack_passes(&app, "EXT-01");
+        assert_eq!(app.order_count(), 2, "one order per user");
+        assert_eq!(app.ledger_count(), 2, "one ledger entry per user's key");
+    }
+
+    fn ext_02_another_users_order_answers_404_like_a_nonexistent_one_and_stays_unchanged(backend) {
+        let app = TestApp::spawn(backend);
+        let report = assert_attack_passes(&app, "EXT-02");
+        assert_codes(&report, 404, "NOT_FOUND");
+        let created = json(answers(&report)[0]);
+        let id = created["id"].as_str().expect("id");
+        assert_eq!(stored_order(&app, "alice", id), Some(created.clone()));
+        assert_eq!(stored_order(&app, "bob", id), None);
+        assert_eq!(app.order_count(), 1);
+    }
+
+    fn ext_03_a_key_over_255_characters_is_refused_and_one_of_255_is_accepted(backend) {
+        let app = TestApp::spawn(backend);
+        let report = assert_attack_passes(&app, "EXT-03");
+        let refused = json(answers(&report)[0]);
+        assert!(refused["detail"].as_str().unwrap_or_default().contains("255"), "{refused}");
+        assert_eq!(app.order_count(), 1);
+        assert_eq!(app.ledger_count(), 1);
+    }
+
+    fn ext_04_a_replay_preserves_location_content_type_and_body(backend) {
+        let app = TestApp::spawn(backend);
+        assert_attack_passes(&app, "EXT-04");
+        assert_eq!(app.order_count(), 1);
+        assert_eq!(app.ledger_count(), 1);
     }
 }

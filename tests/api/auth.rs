@@ -1,6 +1,8 @@
 //! SPEC §3 authentication and isolation, and a sweep of hostile requests
 //! none of which may be answered with a 5xx.
 
+use std::time::Duration;
+
 use crate::both_backends;
 use crate::expect::*;
 use crate::helpers::*;
@@ -68,8 +70,36 @@ both_backends! {
         assert_eq!(app.ledger_count(), 0);
     }
 
+    fn a_revoked_token_stops_working_once_the_token_caches_time_to_live_has_passed(backend) {
+        let app = TestApp::spawn_with(backend, |s| s.auth_cache_secs = 1);
+        let token = app.create_token("carol");
+        // Accepted, and so remembered by the server for up to a second.
+        assert_eq!(app.call_as(&token, "GET", "/v1/orders", None, None).status, 200);
+
+        let revoked =
+            orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &token).unwrap();
+        assert!(revoked);
+        std::thread::sleep(Duration::from_millis(1_100));
+
+        assert_problem(
+            &app.call_as(&token, "GET", "/v1/orders", None, None),
+            401,
+            "UNAUTHORIZED",
+        );
+        let create = app.call_as(
+            &token,
+            "POST",
+            "/v1/orders",
+            Some("after-revocation"),
+            Some(&order_body("Widget", 1, "1")),
+        );
+        assert_problem(&create, 401, "UNAUTHORIZED");
+        assert_eq!(app.order_count(), 0);
+    }
+
     fn a_revoked_token_is_a_401(backend) {
-        let app = TestApp::spawn(backend);
+        // Without the token cache: revocation then takes effect at once.
+        let app = TestApp::spawn_with(backend, |s| s.auth_cache_secs = 0);
         let token = app.create_token("carol");
         let created = app.call_as(
             &token,

@@ -110,7 +110,8 @@ both_backends! {
     }
 
     fn keys_revoke_by_token_or_by_id_makes_the_token_unauthorized(backend) {
-        let app = TestApp::spawn(backend);
+        // Without the token cache: revocation then takes effect at once.
+        let app = TestApp::spawn_with(backend, |s| s.auth_cache_secs = 0);
         let by_token = stdout(&orders_api(&app.db, &["keys", "create", "erin"])).trim().to_owned();
         let by_id = stdout(&orders_api(&app.db, &["keys", "create", "frank"])).trim().to_owned();
         assert_eq!(app.call_as(&by_token, "GET", "/v1/orders", None, None).status, 200);

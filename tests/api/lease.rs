@@ -4,7 +4,8 @@
 //! waits or is told `IDEMPOTENCY_IN_PROGRESS`, and a hung holder is taken
 //! over without ever committing afterwards.
 
-use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ const DAY: Duration = Duration::from_secs(86_400);
 struct Failed;
 
 /// A `POST /v1/orders` as the ledger sees it.
+#[derive(Clone)]
 struct CreateRequest {
     key: IdempotencyKey,
     fingerprint: Fingerprint,
@@ -59,6 +61,18 @@ impl CreateRequest {
         }
     }
 
+    /// The create route's unit: insert, answer 201, record; counts its runs.
+    fn unit(
+        &self,
+        runs: &Arc<AtomicUsize>,
+    ) -> impl FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, Failed> + Send + 'static {
+        let (request, runs) = (self.clone(), Arc::clone(runs));
+        move |tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(Completion::Record(request.run(tx)))
+        }
+    }
+
     /// What the create route does inside its claim: insert, answer 201.
     fn run(&self, tx: &mut ClaimedTx<'_, '_>) -> RecordedResponse {
         let new = parse_new_order(&self.json).expect("a valid order");
@@ -82,6 +96,7 @@ fn pool(db: &TestDb, lease: Duration) -> Pool {
             max_size: 4,
             connection_timeout: Duration::from_secs(10),
             lease,
+            write_queue: orders_api::db::writer::DEFAULT_QUEUE_CAPACITY,
         },
     )
     .expect("pool")
@@ -107,8 +122,9 @@ both_backends! {
         let ledger = Ledger { retention: DAY, lease: Duration::from_secs(1) };
         let request = CreateRequest::new("slow-holder", &order_body("Widget", 2, "9.99"));
 
-        let slow = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-            let response = request.run(tx);
+        let holder = request.clone();
+        let slow = ledger.execute(&pool, request.ledger(), move |tx| -> Result<Completion, Failed> {
+            let response = holder.run(tx);
             std::thread::sleep(Duration::from_millis(1_200));
             Ok(Completion::Record(response))
         });
@@ -118,22 +134,16 @@ both_backends! {
         assert_eq!(ledger_count(&pool), 0, "the late holder recorded nothing");
 
         // The key is free: the next request with it runs.
-        let runs = Cell::new(0);
-        let next = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-            runs.set(runs.get() + 1);
-            Ok(Completion::Record(request.run(tx)))
-        });
+        let runs = Arc::new(AtomicUsize::new(0));
+        let next = ledger.execute(&pool, request.ledger(), request.unit(&runs));
         let Ok(Outcome::Executed(response)) = next else { panic!("the retry did not run: {next:?}") };
         assert_eq!(response.status, 201);
         assert_eq!(order_id_for_key(&pool, USER, "slow-holder"), Some(order_id_in(&response)));
 
         // And it is recorded: one more request replays without running.
-        let replay = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-            runs.set(runs.get() + 1);
-            Ok(Completion::Record(request.run(tx)))
-        });
+        let replay = ledger.execute(&pool, request.ledger(), request.unit(&runs));
         assert_eq!(replay.ok(), Some(Outcome::Replayed(response)));
-        assert_eq!(runs.get(), 1);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
     }
 
@@ -143,9 +153,10 @@ both_backends! {
         let ledger = Ledger { retention: DAY, lease: Duration::from_secs(30) };
         let request = CreateRequest::new("failing", &order_body("Widget", 2, "9.99"));
 
-        let failed = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
+        let holder = request.clone();
+        let failed = ledger.execute(&pool, request.ledger(), move |tx| -> Result<Completion, Failed> {
             // The business change happens, then the mutation fails.
-            request.run(tx);
+            holder.run(tx);
             Err(Failed)
         });
 
@@ -153,9 +164,7 @@ both_backends! {
         assert_eq!(order_count(&pool), 0, "the failed mutation's change was rolled back");
         assert_eq!(ledger_count(&pool), 0, "a failure is never recorded");
 
-        let retry = ledger.execute(&pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-            Ok(Completion::Record(request.run(tx)))
-        });
+        let retry = ledger.execute(&pool, request.ledger(), request.unit(&Arc::default()));
         let Ok(Outcome::Executed(response)) = retry else { panic!("the retry did not run: {retry:?}") };
         assert_eq!(response.status, 201);
         assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
@@ -174,14 +183,19 @@ fn with_claim_held<T: Send>(
     std::thread::scope(|s| {
         let (claimed, on_claimed) = mpsc::channel();
         let (release, on_release) = mpsc::channel::<()>();
+        let held = request.clone();
         let holder = s.spawn(move || {
-            ledger.execute(pool, request.ledger(), |tx| -> Result<Completion, Failed> {
-                let response = request.run(tx);
-                claimed.send(()).expect("report the claim");
-                // Dropped (a panic in `while_held`) or sent: either way, finish.
-                let _ = on_release.recv_timeout(Duration::from_secs(60));
-                Ok(Completion::Record(response))
-            })
+            ledger.execute(
+                pool,
+                request.ledger(),
+                move |tx| -> Result<Completion, Failed> {
+                    let response = held.run(tx);
+                    claimed.send(()).expect("report the claim");
+                    // Dropped (a panic in `while_held`) or sent: either way, finish.
+                    let _ = on_release.recv_timeout(Duration::from_secs(60));
+                    Ok(Completion::Record(response))
+                },
+            )
         });
         on_claimed
             .recv_timeout(Duration::from_secs(30))
@@ -277,11 +291,7 @@ fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
         let mut in_progress = 0;
         let taken_over = loop {
             assert!(Instant::now() < deadline, "the key was never taken over");
-            match ledger.execute(
-                &pool,
-                request.ledger(),
-                |tx| -> Result<Completion, Failed> { Ok(Completion::Record(request.run(tx))) },
-            ) {
+            match ledger.execute(&pool, request.ledger(), request.unit(&Arc::default())) {
                 Ok(Outcome::InProgress) => {
                     in_progress += 1;
                     std::thread::sleep(Duration::from_millis(100));

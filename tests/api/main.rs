@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod atk;
+mod atk_broken;
+mod atk_command;
 mod auth;
 mod bodies;
 mod cli;
@@ -10,6 +12,7 @@ mod client;
 mod client_retries;
 mod crash;
 mod expect;
+mod group_commit;
 mod helpers;
 mod idempotency;
 mod lease;

@@ -229,6 +229,7 @@ pub fn prepare(url: &DatabaseUrl) -> Pool {
             max_size: 2,
             connection_timeout: Duration::from_secs(10),
             lease: Duration::from_secs(30),
+            write_queue: orders_api::db::writer::DEFAULT_QUEUE_CAPACITY,
         },
     )
     .expect("pool")

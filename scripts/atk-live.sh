@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The attack suite as a user runs it: `orders-api atk` against a live
+# `orders-api serve`, on SQLite and on PostgreSQL, with two users' tokens.
+# Keeps one JUnit file per backend and prints where.
+#
+# Settings (environment):
+#   TEST_DATABASE_URL  an admin URL of a PostgreSQL server whose user may create
+#                      databases (CI's throwaway cluster); this script creates and
+#                      drops its own database there. Unset: SQLite only (CI: an error).
+#   ATK_REPORT_DIR     where the JUnit files go (default $CARGO_TARGET_DIR/atk)
+#   CARGO_TARGET_DIR   where the debug binary is built (default target/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=${CARGO_TARGET_DIR:-target}
+binary=$target/debug/orders-api
+reports=${ATK_REPORT_DIR:-$target/atk}
+mkdir -p "$reports"
+reports=$(cd "$reports" && pwd)
+rm -f "$reports"/atk-*.xml
+
+if [ -z "${TEST_DATABASE_URL:-}" ] && [ -n "${CI:-}" ] && [ "${CI:-}" != false ]; then
+  echo "CI is set but TEST_DATABASE_URL is not: atk must run on PostgreSQL in CI" >&2
+  exit 1
+fi
+
+# The debug binary (cargo test has built it already; this only checks).
+cargo build --locked --quiet --bin orders-api
+
+work=$(mktemp -d /tmp/orders-api-atk.XXXXXX)
+server_pid=
+pg_database=
+stop_server() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  server_pid=
+}
+cleanup() {
+  stop_server
+  if [ -n "$pg_database" ]; then
+    psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS $pg_database WITH (FORCE)" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# attack NAME DATABASE_URL: serves DATABASE_URL on a free port, runs every
+# check against it, writes $reports/atk-NAME.xml; non-zero when a check failed.
+attack() {
+  local name=$1 url=$2 log=$work/$1.log status=0 address= token_a token_b
+  token_a=$(DATABASE_URL=$url "$binary" keys create atk-user-a)
+  token_b=$(DATABASE_URL=$url "$binary" keys create atk-user-b)
+
+  # Port 0: the server picks a free port and logs it.
+  DATABASE_URL=$url "$binary" serve --bind 127.0.0.1:0 >"$log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 300); do
+    address=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$log" | head -n1 | sed 's/^listening on //' || true)
+    [ -n "$address" ] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$address" ]; then
+    echo "orders-api did not start ($name):" >&2
+    cat "$log" >&2
+    return 1
+  fi
+
+  echo "== orders-api atk against $address ($name)"
+  ORDERS_API_TOKEN=$token_a ORDERS_API_TOKEN_B=$token_b \
+    "$binary" atk --server "$address" --format junit --out "$reports/atk-$name.xml" || status=$?
+
+  if grep -qF -e "$token_a" -e "$token_b" "$log"; then
+    echo "the server log contains a bearer token ($name)" >&2
+    status=1
+  fi
+  stop_server
+  if [ "$status" -ne 0 ]; then
+    echo "--- last lines of the server log ($name) ---" >&2
+    tail -n 40 "$log" >&2
+  fi
+  return "$status"
+}
+
+failed=0
+attack sqlite "sqlite://$work/orders.db" || failed=1
+
+if [ -n "${TEST_DATABASE_URL:-}" ]; then
+  pg_database=orders_atk_$$
+  psql "$TEST_DATABASE_URL" -qc "CREATE DATABASE $pg_database" >/dev/null
+  # The admin URL with its database name replaced (its query string kept).
+  admin=${TEST_DATABASE_URL%%\?*}
+  query=${TEST_DATABASE_URL#"$admin"}
+  attack postgres "${admin%/*}/$pg_database$query" || failed=1
+fi
+
+echo "== atk JUnit reports: $(ls "$reports"/atk-*.xml | tr '\n' ' ')"
+exit "$failed"

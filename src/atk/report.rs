@@ -1,0 +1,238 @@
+//! A run's report as text (for people), JSON (everything) or JUnit XML
+//! (for CI).
+
+use std::fmt::Write;
+
+use super::probe::{Exchange, trim};
+use super::{CheckReport, Format, Outcome, RunReport};
+
+/// Body characters shown per exchange in the text of a failed check.
+const FAILED_BODY_CHARS: usize = 300;
+
+pub fn render(report: &RunReport, format: Format) -> String {
+    match format {
+        Format::Text => text(report),
+        Format::Json => {
+            // A report is plain data: serializing it cannot fail.
+            let mut json = serde_json::to_string_pretty(report).unwrap_or_default();
+            json.push('\n');
+            json
+        }
+        Format::Junit => junit(report),
+    }
+}
+
+fn label(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Pass => "PASS",
+        Outcome::Fail { .. } => "FAIL",
+        Outcome::Skip { .. } => "SKIP",
+    }
+}
+
+fn text(report: &RunReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "orders-api atk against {}{} (run {}, orders' item {})\n",
+        report.server, report.base_path, report.run_id, report.item
+    );
+    for check in &report.checks {
+        let _ = writeln!(
+            out,
+            "{}  {}  {}",
+            label(&check.outcome),
+            check.id,
+            check.title
+        );
+        out.push_str(&evidence(check, "      "));
+    }
+    let cleanup = &report.cleanup;
+    if cleanup.kept {
+        let _ = writeln!(
+            out,
+            "\nkept the {} order(s) of this run (item {}, --keep)",
+            cleanup.orders, report.item
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\ncancelled {} of the {} order(s) of this run (item {})",
+            cleanup.cancelled, cleanup.orders, report.item
+        );
+        for problem in &cleanup.problems {
+            let _ = writeln!(out, "  could not cancel {problem}");
+        }
+    }
+    let _ = writeln!(out, "{}", report.summary());
+    out
+}
+
+/// What a check saw, one line per fact, each starting with `indent`: for a
+/// skip its reason; for a pass the requests and statuses; for a failure the
+/// reason and every exchange with headers and bodies.
+pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
+    let mut out = String::new();
+    match &check.outcome {
+        Outcome::Skip { reason } => {
+            let _ = writeln!(out, "{indent}skipped: {reason}");
+            return out;
+        }
+        Outcome::Fail { reason } => {
+            let _ = writeln!(out, "{indent}why: {reason}");
+            let _ = writeln!(out, "{indent}expected: {}", check.expects);
+        }
+        Outcome::Pass => {}
+    }
+    for note in &check.notes {
+        let _ = writeln!(out, "{indent}{note}");
+    }
+    let full = !check.passed();
+    for exchange in &check.exchanges {
+        out.push_str(&exchange_text(exchange, indent, full));
+    }
+    out
+}
+
+fn exchange_text(exchange: &Exchange, indent: &str, full: bool) -> String {
+    let request = &exchange.request;
+    let user = request
+        .user
+        .map(|u| format!(" as {u:?}"))
+        .unwrap_or_default();
+    let mut line = format!("{indent}{} {}{user}", request.method, request.path);
+    let shown_headers = request
+        .headers
+        .iter()
+        .filter(|(n, _)| n != "Authorization" && (full || n != "Content-Type"));
+    for (name, value) in shown_headers {
+        let _ = write!(line, " {name}: {value}");
+    }
+    if full && let Some(body) = &request.body {
+        let _ = write!(line, "\n{indent}  body {}", trim(body, FAILED_BODY_CHARS));
+    }
+    let arrow = if full {
+        format!("\n{indent}  →")
+    } else {
+        " →".to_owned()
+    };
+    match (&exchange.response, &exchange.error) {
+        (Some(answer), _) => {
+            let _ = write!(line, "{arrow} {}", answer.status);
+            if full {
+                for (name, value) in &answer.headers {
+                    let _ = write!(line, " {name}: {value}");
+                }
+                let _ = write!(line, " {}", trim(&answer.body, FAILED_BODY_CHARS));
+            }
+        }
+        (None, Some(error)) => {
+            let _ = write!(line, "{arrow} no answer: {error}");
+        }
+        (None, None) => {}
+    }
+    line.push('\n');
+    line
+}
+
+fn junit(report: &RunReport) -> String {
+    let seconds = |millis: u128| format!("{:.3}", millis as f64 / 1000.0);
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let counts = format!(
+        r#"tests="{}" failures="{}" skipped="{}" time="{}""#,
+        report.checks.len(),
+        report.failed,
+        report.skipped,
+        seconds(report.millis)
+    );
+    let _ = writeln!(out, r#"<testsuites name="orders-api atk" {counts}>"#);
+    let _ = writeln!(
+        out,
+        r#"  <testsuite name="orders-api atk" errors="0" {counts}>"#
+    );
+    let _ = writeln!(out, "    <properties>");
+    for (name, value) in [
+        ("server", report.server.as_str()),
+        ("base_path", report.base_path.as_str()),
+        ("run_id", report.run_id.as_str()),
+        ("item", report.item.as_str()),
+    ] {
+        let _ = writeln!(
+            out,
+            "      <property name=\"{name}\" value=\"{}\"/>",
+            xml(value)
+        );
+    }
+    let _ = writeln!(out, "    </properties>");
+    for check in &report.checks {
+        let _ = write!(
+            out,
+            "    <testcase classname=\"atk\" name=\"{}\" time=\"{}\">",
+            xml(&format!("{} {}", check.id, check.title)),
+            seconds(check.millis)
+        );
+        let evidence = xml(&evidence(check, ""));
+        match &check.outcome {
+            Outcome::Pass => {
+                let _ = write!(out, "\n      <system-out>{evidence}</system-out>\n    ");
+            }
+            Outcome::Fail { reason } => {
+                let _ = write!(
+                    out,
+                    "\n      <failure message=\"{}\" type=\"{}\">{evidence}</failure>\n    ",
+                    xml(reason),
+                    check.id
+                );
+            }
+            Outcome::Skip { reason } => {
+                let _ = write!(out, "\n      <skipped message=\"{}\"/>\n    ", xml(reason));
+            }
+        }
+        let _ = writeln!(out, "</testcase>");
+    }
+    let _ = writeln!(
+        out,
+        "    <system-out>{}</system-out>",
+        xml(&format!(
+            "{}\ncleanup: {} of {} order(s) cancelled{}",
+            report.summary(),
+            report.cleanup.cancelled,
+            report.cleanup.orders,
+            if report.cleanup.kept { " (--keep)" } else { "" }
+        ))
+    );
+    let _ = writeln!(out, "  </testsuite>\n</testsuites>");
+    out
+}
+
+/// Text as XML character data or an attribute value; characters XML 1.0
+/// cannot hold become U+FFFD.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_escapes_markup_and_drops_what_xml_cannot_hold() {
+        assert_eq!(
+            xml("<a href=\"x\">'&'</a>\u{1}\t"),
+            "&lt;a href=&quot;x&quot;&gt;&apos;&amp;&apos;&lt;/a&gt;\u{FFFD}\t"
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! The attack definitions judge behaviour: put the real server behind a
+//! front that breaks one rule (the way a careless gateway or a naive
+//! implementation would) and the attack that guards that rule fails, with
+//! evidence that shows the break.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use orders_api::atk::{self, Outcome};
+use orders_api::db::Backend;
+use serde_json::Value;
+
+use crate::atk::target_of;
+use crate::helpers::*;
+
+/// The one rule a [`BrokenFront`] breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breakage {
+    /// Invents a key when the client sent none (or a blank one).
+    FillsMissingKeys,
+    /// Answers a `409` with the key's first answer as a `200`.
+    ConflictAsReplay,
+    /// Sends every request with one and the same key.
+    OneKeyForAll,
+    /// Sends every request with a fresh key: duplicates get through.
+    FreshKeyPerRequest,
+    /// Answers `201` where the server said `422`.
+    InvalidAsCreated,
+    /// Adds `Access-Control-Allow-Origin: *` to every answer.
+    AnyOriginAllowed,
+    /// Coerces any non-integer `quantity` to `1` before the server sees it.
+    CoercesQuantity,
+    /// Drops `Location` from replays.
+    DropsReplayLocation,
+}
+
+/// A thread-per-connection HTTP front of the test server that breaks one rule.
+pub struct BrokenFront {
+    pub address: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the front's connections share.
+struct Shared {
+    upstream: String,
+    breakage: Breakage,
+    /// Tells this front's invented keys from another front's.
+    tag: String,
+    counter: AtomicUsize,
+    /// Breakage::ConflictAsReplay: each key's first `201` body.
+    first_answers: Mutex<HashMap<String, String>>,
+}
+
+impl BrokenFront {
+    pub fn new(upstream: &str, breakage: Breakage) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the front");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let address = format!("http://{}", listener.local_addr().expect("address"));
+        let shared = Arc::new(Shared {
+            upstream: upstream.trim_start_matches("http://").to_owned(),
+            breakage,
+            tag: address.clone(),
+            counter: AtomicUsize::new(0),
+            first_answers: Mutex::new(HashMap::new()),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            let shared = Arc::clone(&shared);
+                            std::thread::spawn(move || serve(client, &shared));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            })
+        };
+        Self {
+            address,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for BrokenFront {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An HTTP/1.1 message: the first line, the headers, the body.
+struct Message {
+    start: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Message {
+    fn read(stream: &mut impl BufRead) -> Option<Self> {
+        let mut start = String::new();
+        stream.read_line(&mut start).ok()?;
+        if start.trim().is_empty() {
+            return None;
+        }
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            stream.read_line(&mut line).ok()?;
+            let line = line.trim_end_matches(['\r', '\n']);
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(':')?;
+            headers.push((name.to_owned(), value.trim().to_owned()));
+        }
+        let mut message = Self {
+            start: start.trim_end().to_owned(),
+            headers,
+            body: Vec::new(),
+        };
+        assert!(
+            message.header("transfer-encoding").is_none(),
+            "the front reads Content-Length bodies only"
+        );
+        let length = message
+            .header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        message.body = vec![0; length];
+        stream.read_exact(&mut message.body).ok()?;
+        Some(message)
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn set_header(&mut self, name: &str, value: &str) {
+        self.remove_header(name);
+        self.headers.push((name.to_owned(), value.to_owned()));
+    }
+
+    fn remove_header(&mut self, name: &str) {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+
+    fn status(&self) -> u16 {
+        self.start
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn set_status(&mut self, status: u16) {
+        self.start = format!("HTTP/1.1 {status} Rewritten");
+    }
+
+    /// The message on the wire, with `Connection: close` and its length.
+    fn bytes(mut self) -> Vec<u8> {
+        self.set_header("Connection", "close");
+        self.set_header("Content-Length", &self.body.len().to_string());
+        let mut out = format!("{}\r\n", self.start);
+        for (name, value) in &self.headers {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        out.push_str("\r\n");
+        let mut bytes = out.into_bytes();
+        bytes.extend_from_slice(&self.body);
+        bytes
+    }
+}
+
+/// One request per connection: read it, break it, forward it, break the
+/// answer, send it back, close.
+fn serve(client: TcpStream, shared: &Shared) {
+    client.set_nonblocking(false).expect("blocking");
+    let mut reader = BufReader::new(client.try_clone().expect("clone"));
+    let Some(mut request) = Message::read(&mut reader) else {
+        return;
+    };
+    let sent_key = request.header("Idempotency-Key").map(str::to_owned);
+    let n = shared.counter.fetch_add(1, Ordering::SeqCst);
+    match shared.breakage {
+        Breakage::FillsMissingKeys if sent_key.as_deref().is_none_or(|k| k.trim().is_empty()) => {
+            request.set_header(
+                "Idempotency-Key",
+                &format!("front-invented-{}-{n}", shared.tag),
+            );
+        }
+        Breakage::OneKeyForAll if sent_key.is_some() => {
+            request.set_header("Idempotency-Key", &format!("front-one-key-{}", shared.tag));
+        }
+        Breakage::FreshKeyPerRequest if sent_key.is_some() => {
+            let key = format!("{}-front-{n}", sent_key.as_deref().unwrap_or_default());
+            request.set_header("Idempotency-Key", &key);
+        }
+        Breakage::CoercesQuantity => {
+            if let Ok(mut body) = serde_json::from_slice::<Value>(&request.body)
+                && body.get("quantity").is_some_and(|q| q.as_i64().is_none())
+            {
+                body["quantity"] = Value::from(1);
+                request.body = serde_json::to_vec(&body).expect("body");
+            }
+        }
+        _ => {}
+    }
+
+    let mut upstream = TcpStream::connect(&shared.upstream).expect("connect to the server");
+    upstream.write_all(&request.bytes()).expect("forward");
+    let mut answer =
+        Message::read(&mut BufReader::new(&mut upstream)).expect("the server answered");
+
+    match shared.breakage {
+        Breakage::ConflictAsReplay => {
+            let mut first = shared.first_answers.lock().expect("lock");
+            if let Some(key) = &sent_key {
+                match answer.status() {
+                    201 => {
+                        first.insert(key.clone(), String::from_utf8_lossy(&answer.body).into());
+                    }
+                    409 if first.contains_key(key) => {
+                        answer.set_status(200);
+                        answer.body = first[key].clone().into_bytes();
+                        answer.set_header("Content-Type", "application/json");
+                        answer.set_header("Idempotent-Replayed", "true");
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Breakage::InvalidAsCreated if answer.status() == 422 => answer.set_status(201),
+        Breakage::AnyOriginAllowed => answer.set_header("Access-Control-Allow-Origin", "*"),
+        Breakage::DropsReplayLocation if answer.header("Idempotent-Replayed").is_some() => {
+            answer.remove_header("Location");
+        }
+        _ => {}
+    }
+    let mut client = client;
+    let _ = client.write_all(&answer.bytes());
+    let _ = client.flush();
+}
+
+/// Each rule broken, the attack that must catch it, and what its reason
+/// must say.
+const CASES: &[(Breakage, &str, &str)] = &[
+    (
+        Breakage::FillsMissingKeys,
+        "ATK-01",
+        "expected 400, got 201 with order",
+    ),
+    (
+        Breakage::FillsMissingKeys,
+        "ATK-02",
+        "expected 400, got 201 with order",
+    ),
+    (
+        Breakage::ConflictAsReplay,
+        "ATK-03",
+        "was answered 200 with the first order",
+    ),
+    (
+        Breakage::OneKeyForAll,
+        "ATK-04",
+        "the second key: expected 201, got 200 with order",
+    ),
+    (
+        Breakage::FreshKeyPerRequest,
+        "ATK-05",
+        "8 concurrent requests with one key created ",
+    ),
+    (
+        Breakage::InvalidAsCreated,
+        "ATK-06",
+        "expected 422, got 201",
+    ),
+    (
+        Breakage::InvalidAsCreated,
+        "ATK-07",
+        "expected 422, got 201",
+    ),
+    (
+        Breakage::InvalidAsCreated,
+        "ATK-08",
+        "expected 422, got 201",
+    ),
+    (
+        Breakage::AnyOriginAllowed,
+        "ATK-09",
+        "`Access-Control-Allow-Origin: *`",
+    ),
+    (
+        Breakage::InvalidAsCreated,
+        "ATK-10",
+        "expected 422, got 201",
+    ),
+    (
+        Breakage::CoercesQuantity,
+        "ATK-11",
+        "expected 422, got 201 with order",
+    ),
+    (
+        Breakage::FreshKeyPerRequest,
+        "ATK-12",
+        "expected 200, got 201 with order",
+    ),
+    (
+        Breakage::OneKeyForAll,
+        "EXT-03",
+        "a key of 256 characters: expected 400, got 201",
+    ),
+    (
+        Breakage::DropsReplayLocation,
+        "EXT-04",
+        "Location is (none)",
+    ),
+];
+
+#[test]
+fn each_attack_fails_with_its_evidence_against_a_target_that_breaks_its_rule() {
+    let app = TestApp::spawn(Backend::Sqlite);
+    for &(breakage, id, says) in CASES {
+        let front = BrokenFront::new(&app.address, breakage);
+        let mut target = target_of(&app);
+        target.server = front.address.clone();
+        target.concurrency = 8;
+
+        let report = atk::find(id).expect("defined").run(&target);
+
+        let case = format!("{id} behind a front that {breakage:?}");
+        eprintln!("--- {case}\n{}", report.evidence());
+        let Outcome::Fail { reason } = &report.outcome else {
+            panic!("{case} did not fail:\n{}", report.evidence());
+        };
+        assert!(
+            reason.contains(says),
+            "{case}: the reason should say {says:?}:\n{}",
+            report.evidence()
+        );
+        assert!(
+            !report.exchanges.is_empty() && report.evidence().contains(reason),
+            "{case}: no evidence:\n{}",
+            report.evidence()
+        );
+        if id == "ATK-05" {
+            // The reason names every order the duplicates created.
+            let ids: Vec<&str> = reason
+                .rsplit(": ")
+                .next()
+                .unwrap_or_default()
+                .split(", ")
+                .collect();
+            assert!(ids.len() >= 2, "{reason}");
+            for order in ids {
+                assert!(
+                    crate::expect::stored_order(&app, "alice", order).is_some(),
+                    "{order} is not an order: {reason}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn each_attack_still_passes_through_a_front_that_breaks_nothing_it_judges() {
+    // The front itself (Connection: close, rewritten lengths) changes no verdict.
+    let app = TestApp::spawn(Backend::Sqlite);
+    let front = BrokenFront::new(&app.address, Breakage::DropsReplayLocation);
+    let mut target = target_of(&app);
+    target.server = front.address.clone();
+    target.concurrency = 8;
+    for id in ["ATK-01", "ATK-03", "ATK-05", "ATK-09", "ATK-11"] {
+        let report = atk::find(id).expect("defined").run(&target);
+        assert!(report.passed(), "{id}:\n{}", report.evidence());
+    }
+}
