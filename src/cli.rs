@@ -30,6 +30,8 @@ pub enum CliError {
     #[error("cannot write the output: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
+    Client(#[from] crate::client::command::ClientError),
+    #[error(transparent)]
     Atk(#[from] crate::atk::AtkError),
 }
 
@@ -58,6 +60,7 @@ pub fn execute(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
             writeln!(out, "{purged}")?;
             Ok(())
         }
+        Command::Client(args) => Ok(crate::client::command::run(args)?),
         Command::Atk(args) => Ok(crate::atk::run(&args)?),
     }
 }

@@ -48,6 +48,8 @@ pub enum Command {
     Keys(KeysArgs),
     /// Delete expired idempotency-ledger entries once and print how many.
     Purge(DatabaseArgs),
+    /// The offline-first client: queue operations, send them with stored keys.
+    Client(crate::client::command::ClientArgs),
     /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report pass/fail/skip.
     Atk(crate::atk::AtkArgs),
 }

@@ -1,0 +1,269 @@
+//! Sending queued operations: one attempt, or a drain until the outbox is
+//! empty, each operation with its stored key.
+
+use std::time::{Duration, Instant};
+
+use super::outbox::{Claimed, Drainer, Outbox, OutboxError, Outcome, now_millis};
+
+/// Where and as whom operations are sent, and how retries are spaced.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// e.g. `http://127.0.0.1:8080`.
+    pub base_url: String,
+    /// A bearer token (`orders-api keys create USER_ID`).
+    pub token: String,
+    /// How long one request may take before it counts as a lost answer.
+    /// Far below the outbox's lease, so a lease never ends mid-request.
+    pub timeout: Duration,
+    /// The backoff ceiling of the first retry, doubled for each one after.
+    pub base_delay: Duration,
+    /// No wait is longer, `Retry-After` included.
+    pub max_delay: Duration,
+}
+
+impl Server {
+    pub fn new(base_url: &str, token: &str) -> Self {
+        Self {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            timeout: Duration::from_secs(10),
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why sending stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    /// `401`: the token, not the operation, is wrong; nothing was recorded
+    /// on the server and the operation stays pending.
+    #[error("the server refused the token (401): fix --token / ORDERS_API_TOKEN, then sync again")]
+    Unauthorized,
+}
+
+/// Where a test may ask the client to die (`ORDERS_CLIENT_CRASH_AT`): the
+/// points between the outbox's durable steps. Read once per process; a
+/// crash is `std::process::abort`, as abrupt as `kill -9`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CrashPoint {
+    /// Leased, not sent.
+    AfterClaim,
+    /// Answered, not recorded.
+    AfterSend,
+}
+
+pub const CRASH_AT_ENV: &str = "ORDERS_CLIENT_CRASH_AT";
+
+fn crash_point() -> Option<CrashPoint> {
+    match std::env::var(CRASH_AT_ENV).ok()?.as_str() {
+        "after_claim" => Some(CrashPoint::AfterClaim),
+        "after_send" => Some(CrashPoint::AfterSend),
+        _ => None,
+    }
+}
+
+fn crash_if(at: CrashPoint, wanted: Option<CrashPoint>) {
+    if wanted == Some(at) {
+        eprintln!("{CRASH_AT_ENV}: aborting at {at:?}");
+        std::process::abort();
+    }
+}
+
+/// What a drain came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drained {
+    /// Operations still pending when it stopped (0: the outbox is empty).
+    pub pending: i64,
+    /// The last reason an operation was put back, if any.
+    pub last_error: Option<String>,
+}
+
+/// Sends operations from one outbox to one server.
+pub struct Sender<'a> {
+    outbox: &'a mut Outbox,
+    drainer: Drainer,
+    server: Server,
+    agent: ureq::Agent,
+    crash_at: Option<CrashPoint>,
+}
+
+impl<'a> Sender<'a> {
+    pub fn new(outbox: &'a mut Outbox, server: Server) -> Result<Self, OutboxError> {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(server.timeout))
+            .build()
+            .into();
+        Ok(Self {
+            drainer: outbox.drainer()?,
+            outbox,
+            server,
+            agent,
+            crash_at: crash_point(),
+        })
+    }
+
+    /// One attempt at operation `id`, if it may be sent now (its resource has
+    /// nothing pending before it and no other drainer holds it). `None`: it
+    /// was not sent.
+    pub fn try_once(&mut self, id: i64) -> Result<Option<Outcome>, SendError> {
+        let Some(claimed) = self.outbox.claim(&self.drainer, Some(id))? else {
+            return Ok(None);
+        };
+        self.send_and_record(&claimed).map(Some)
+    }
+
+    /// Sends until nothing is pending, or until `max_wait` has passed while
+    /// something still is; `progress` hears after each step.
+    pub fn drain(
+        &mut self,
+        max_wait: Duration,
+        mut progress: impl FnMut(&mut Outbox),
+    ) -> Result<Drained, SendError> {
+        let deadline = Instant::now() + max_wait;
+        let mut last_error = None;
+        loop {
+            if let Some(claimed) = self.outbox.claim(&self.drainer, None)? {
+                if let Outcome::Retry { reason, .. } = self.send_and_record(&claimed)? {
+                    last_error = Some(reason);
+                }
+                progress(self.outbox);
+                continue;
+            }
+            let (pending, due) = self.outbox.pending()?;
+            progress(self.outbox);
+            let now = Instant::now();
+            if pending == 0 || now >= deadline {
+                return Ok(Drained {
+                    pending,
+                    last_error,
+                });
+            }
+            // Wait for the next operation to be due (or for another
+            // drainer to finish one), in short steps.
+            let until_due = due
+                .map(|due| due.saturating_sub(now_millis()).max(0))
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis)
+                .unwrap_or_default();
+            let nap = until_due
+                .clamp(Duration::from_millis(10), Duration::from_millis(200))
+                .min(deadline - now);
+            std::thread::sleep(nap);
+        }
+    }
+
+    fn send_and_record(&mut self, claimed: &Claimed) -> Result<Outcome, SendError> {
+        crash_if(CrashPoint::AfterClaim, self.crash_at);
+        let outcome = self.send(claimed);
+        crash_if(CrashPoint::AfterSend, self.crash_at);
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(SendError::Unauthorized) => {
+                let put_back = Outcome::Retry {
+                    reason: "401 UNAUTHORIZED: the token was refused".into(),
+                    after: Duration::ZERO,
+                };
+                self.outbox.record(claimed, &self.drainer, &put_back)?;
+                return Err(SendError::Unauthorized);
+            }
+            Err(e) => return Err(e),
+        };
+        self.outbox.record(claimed, &self.drainer, &outcome)?;
+        Ok(outcome)
+    }
+
+    /// One request. Connection errors, timeouts, `5xx`, `429` and
+    /// `409 IDEMPOTENCY_IN_PROGRESS` come back as a retry after a full-jitter
+    /// backoff, at least the answer's `Retry-After`.
+    fn send(&self, claimed: &Claimed) -> Result<Outcome, SendError> {
+        let retry = |reason: String, at_least: Duration| Outcome::Retry {
+            reason,
+            after: backoff(&self.server, claimed.attempts)
+                .max(at_least)
+                .min(self.server.max_delay),
+        };
+        let url = format!("{}{}", self.server.base_url, claimed.path);
+        let mut request = ureq::http::Request::builder()
+            .method(claimed.method.as_str())
+            .uri(&url)
+            .header("Authorization", format!("Bearer {}", self.server.token))
+            .header("Idempotency-Key", &claimed.key);
+        if claimed.body.is_some() {
+            request = request.header("Content-Type", "application/json");
+        }
+        let request = match request.body(claimed.body.clone().unwrap_or_default().into_bytes()) {
+            Ok(request) => request,
+            Err(e) => {
+                return Ok(retry(
+                    format!("cannot build the request: {e}"),
+                    Duration::ZERO,
+                ));
+            }
+        };
+        let mut response = match self.agent.run(request) {
+            Ok(response) => response,
+            // Refused, reset, timed out: it may have run; the key makes the retry safe.
+            Err(e) => return Ok(retry(format!("no answer ({e})"), Duration::ZERO)),
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("Retry-After")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or_default();
+        let body = match response.body_mut().read_to_string() {
+            Ok(body) => body,
+            Err(e) => return Ok(retry(format!("the answer was cut ({e})"), Duration::ZERO)),
+        };
+        let code = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Ok(match status {
+            401 => return Err(SendError::Unauthorized),
+            409 if code == "IDEMPOTENCY_IN_PROGRESS" => {
+                retry("409 IDEMPOTENCY_IN_PROGRESS".into(), retry_after)
+            }
+            408 | 429 | 500..=599 => retry(
+                format!("{status} {code}").trim_end().to_owned(),
+                retry_after,
+            ),
+            _ => Outcome::Answered { status, body },
+        })
+    }
+}
+
+/// Full jitter: a random wait in `0 ..= min(max_delay, base_delay × 2^(attempt-1))`.
+fn backoff(server: &Server, attempt: u32) -> Duration {
+    let ceiling = server
+        .base_delay
+        .saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1).min(30)))
+        .min(server.max_delay);
+    let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    // Without an OS random source, wait the whole ceiling: still bounded.
+    let random = getrandom::u64().unwrap_or(u64::MAX);
+    Duration::from_millis(random % millis.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_stays_under_its_doubling_ceiling() {
+        let server = Server::new("http://x", "t");
+        for attempt in 1..40 {
+            let ceiling = server
+                .base_delay
+                .saturating_mul(2u32.saturating_pow(attempt - 1))
+                .min(server.max_delay);
+            assert!(backoff(&server, attempt) <= ceiling);
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The offline-first client: a durable outbox in a local SQLite file, and a
+//! drainer that sends what it holds, each operation with its stored
+//! `Idempotency-Key` (see `docs/CLIENT.md`).
+//!
+//! - [`outbox`]: [`Outbox::enqueue`] stores an operation with a fresh key and
+//!   fsyncs before it returns; [`Outbox::claim`] leases the next one that may
+//!   be sent; [`Outbox::record`] keeps its definitive answer;
+//! - [`drain`]: [`Sender`] sends one operation once, or drains the outbox,
+//!   retrying with full-jitter backoff;
+//! - [`command`]: `orders-api client create|update|cancel|sync|status`.
+//!
+//! The client shares nothing with the server's storage: its outbox has its
+//! own schema (`migrations/client/`) and it never opens `DATABASE_URL`.
+
+pub mod command;
+pub mod drain;
+pub mod outbox;
+mod schema;
+
+pub use drain::{Drained, SendError, Sender, Server};
+pub use outbox::{NewOperation, Operation, Outbox, OutboxError, Outcome, State, Target};
