@@ -9,6 +9,7 @@ mod auth;
 mod bodies;
 mod cli;
 mod crash;
+mod database;
 mod expect;
 mod group_commit;
 mod helpers;
