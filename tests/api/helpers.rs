@@ -288,14 +288,12 @@ impl TestApp {
 
     /// Orders stored, for every user.
     pub fn order_count(&self) -> i64 {
-        let mut pooled = self.pool.get().expect("connection");
-        orders_api::orders::store::count(&mut pooled.conn()).expect("count orders")
+        crate::process::order_count(&self.pool)
     }
 
     /// Idempotency-ledger rows stored, for every user.
     pub fn ledger_count(&self) -> i64 {
-        let mut pooled = self.pool.get().expect("connection");
-        orders_api::idempotency::store::count(&mut pooled.conn()).expect("count ledger rows")
+        crate::process::ledger_count(&self.pool)
     }
 }
 
