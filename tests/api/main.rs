@@ -2,6 +2,7 @@
 //! database (a fresh one per test), on SQLite and PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod abuse;
 mod atk;
 mod atk_broken;
 mod atk_command;
