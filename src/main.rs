@@ -21,6 +21,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = args.settings.validate() {
+        eprintln!("orders-api: {e}");
+        return ExitCode::from(2);
+    }
     telemetry::init_logging();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,

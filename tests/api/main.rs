@@ -24,5 +24,6 @@ mod outage;
 mod process;
 mod race;
 mod retrying_client;
+mod settings;
 mod shutdown;
 mod smoke;
