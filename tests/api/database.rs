@@ -79,9 +79,12 @@ fn with_german_server_messages_a_lock_timeout_still_answers_409_in_progress() {
         1,
     ))
     .expect("the role's URL");
+    let mut probe = PgConnection::establish(db.url.as_str()).expect("connect");
+    let division = diesel::sql_query("SELECT 1/0").execute(&mut probe);
     assert!(
-        show(&db.url, "lc_messages").starts_with("de_DE"),
-        "{TEST_DATABASE_URL_DE} must name a cluster with German messages"
+        show(&db.url, "lc_messages").starts_with("de_DE")
+            && division.is_err_and(|e| e.to_string() == "Division durch Null"),
+        "{TEST_DATABASE_URL_DE} must name a cluster whose messages are German"
     );
     assert_eq!(show(&db.url, "is_superuser"), "off");
     let app = TestApp::spawn_on(db, |_| {});
