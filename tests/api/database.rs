@@ -107,3 +107,52 @@ fn with_german_server_messages_a_lock_timeout_still_answers_409_in_progress() {
     let retry = app.post_order(Some("held-key"), &body);
     assert_eq!(retry.status, 201, "{}", retry.body);
 }
+
+/// Issue 7.4 and 7.7, at the session level: whatever the database's
+/// defaults, every pooled session is READ COMMITTED and bounded by the lease
+/// (statement and idle-in-transaction timeouts; on PostgreSQL 17+ also
+/// `transaction_timeout`, so a dead host's claim lasts at most one lease
+/// there instead of two).
+#[test]
+fn every_pooled_postgres_session_is_read_committed_and_bounded_by_the_lease() {
+    if !postgres_available() {
+        return;
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        value: Option<String>,
+    }
+    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+    db.as_admin("ALTER DATABASE {db} SET default_transaction_isolation = 'repeatable read'");
+    let app = TestApp::spawn_on(db, |s| s.lease_secs = 7);
+    let mut pooled = app.pool.get().expect("connection");
+    let orders_api::db::Conn::Postgres(conn) = pooled.conn() else {
+        panic!("a PostgreSQL pool")
+    };
+    let mut setting = |name: &str| {
+        diesel::sql_query(format!("SELECT current_setting('{name}', true) AS value"))
+            .get_result::<Setting>(conn)
+            .expect("read a setting")
+            .value
+    };
+
+    assert_eq!(
+        setting("default_transaction_isolation").as_deref(),
+        Some("read committed")
+    );
+    assert_eq!(setting("statement_timeout").as_deref(), Some("7s"));
+    assert_eq!(
+        setting("idle_in_transaction_session_timeout").as_deref(),
+        Some("7s")
+    );
+    let version: i64 = setting("server_version_num")
+        .and_then(|v| v.parse().ok())
+        .expect("server_version_num");
+    let transaction_timeout = setting("transaction_timeout");
+    if version >= 170_000 {
+        assert_eq!(transaction_timeout.as_deref(), Some("7s"));
+    } else {
+        assert_eq!(transaction_timeout, None, "no such setting before 17");
+    }
+}
