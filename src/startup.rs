@@ -23,10 +23,10 @@ const PURGE_PAUSE: Duration = Duration::from_millis(5);
 /// How long in-flight requests may run after SIGTERM.
 const SHUTDOWN_GRACE: u64 = 30;
 
-/// How long a client may take to send a request's head (request line and
-/// headers) from the moment it connects or starts the next request; a
-/// client still sending then is answered `408` and disconnected, so a
-/// client trickling its headers holds a connection no longer than this.
+/// How long a client may take to send its first request's head (request
+/// line and headers) from the moment it connects; a client still sending
+/// then is answered `408` and disconnected, so a client trickling its
+/// headers holds a connection no longer than this.
 pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an idle keep-alive connection stays open between requests.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
