@@ -11,27 +11,13 @@ use orders_api::startup::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS};
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::operability::scrape_text;
 use crate::process::{self, Client, ServerProcess};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Far beyond every limit under test: a connection still open then was
 /// never cut off.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// The text of `/metrics` of a server in its own process (metrics are
-/// process-wide, so no other test's requests are counted).
-fn scrape(server: &ServerProcess) -> String {
-    let r = process::try_send(
-        &process::agent(TIMEOUT),
-        "GET",
-        &format!("{}/metrics", server.address()),
-        &[],
-        None,
-    )
-    .expect("/metrics answers");
-    assert_eq!(r.status, 200);
-    r.body
-}
 
 /// The value of the unlabelled ledger gauge, if the scrape has it.
 fn ledger_rows(metrics: &str) -> Option<f64> {
@@ -51,15 +37,9 @@ fn a_thousand_invented_http_methods_leave_the_metrics_the_same_size() {
     let address = server.address();
     // By hand: HTTP clients refuse to send methods they do not know.
     let send = |method: &str, path: &str| {
-        let mut stream =
-            TcpStream::connect(address.trim_start_matches("http://")).expect("connect");
-        stream
-            .write_all(
-                format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            )
-            .expect("send");
-        let (answer, _) = read_until_closed(&mut stream);
+        let request =
+            format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let (answer, _) = exchange(&address, request.as_bytes());
         assert!(
             answer.starts_with("HTTP/1.1 "),
             "{method} {path}: {answer:?}"
@@ -70,12 +50,12 @@ fn a_thousand_invented_http_methods_leave_the_metrics_the_same_size() {
     for path in paths {
         send("WARMUP", path);
     }
-    let before = scrape(&server);
+    let before = scrape_text(&server);
 
     for i in 0..1_000 {
         send(&format!("FOO{i}"), paths[i % paths.len()]);
     }
-    let after = scrape(&server);
+    let after = scrape_text(&server);
 
     assert!(
         after.len().abs_diff(before.len()) < 2_048,
@@ -102,7 +82,7 @@ both_backends! {
         let server = ServerProcess::start(&db.url, &[]);
         let client = Client::new(&server.address(), &token, TIMEOUT);
         let deadline = std::time::Instant::now() + TIMEOUT;
-        while ledger_rows(&scrape(&server)).is_none() {
+        while ledger_rows(&scrape_text(&server)).is_none() {
             assert!(std::time::Instant::now() < deadline, "the ledger was never counted");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -110,7 +90,7 @@ both_backends! {
         for key in ["scrape-1", "scrape-2"] {
             assert_eq!(client.post_order(key, &order_body("Widget", 1, "1.00")).unwrap().status, 201);
         }
-        let gauges: Vec<Option<f64>> = (0..20).map(|_| ledger_rows(&scrape(&server))).collect();
+        let gauges: Vec<Option<f64>> = (0..20).map(|_| ledger_rows(&scrape_text(&server))).collect();
 
         assert_eq!(process::ledger_count(&pool), 2);
         assert_eq!(gauges, vec![Some(0.0); 20], "a scrape counted the ledger");
@@ -140,8 +120,16 @@ fn read_until_closed(stream: &mut TcpStream) -> (String, bool) {
     (String::from_utf8_lossy(&received).into_owned(), closed)
 }
 
-fn connect(app: &TestApp) -> TcpStream {
-    TcpStream::connect(app.address.trim_start_matches("http://")).expect("connect")
+fn connect(address: &str) -> TcpStream {
+    TcpStream::connect(address.trim_start_matches("http://")).expect("connect")
+}
+
+/// Sends `bytes` on a new connection to `address` and reads until the server
+/// closes it: what arrived, and whether it was closed.
+fn exchange(address: &str, bytes: &[u8]) -> (String, bool) {
+    let mut stream = connect(address);
+    stream.write_all(bytes).expect("send");
+    read_until_closed(&mut stream)
 }
 
 /// Issue 7.3: a client that sends its headers one byte a second is answered
@@ -150,7 +138,7 @@ fn connect(app: &TestApp) -> TcpStream {
 #[test]
 fn a_client_trickling_its_headers_is_answered_408_and_disconnected() {
     let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
-    let mut stream = connect(&app);
+    let mut stream = connect(&app.address);
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Slow: ")
         .expect("send the start of the head");
@@ -181,12 +169,8 @@ fn a_client_trickling_its_headers_is_answered_408_and_disconnected() {
 #[test]
 fn an_idle_keep_alive_connection_is_closed_by_the_server() {
     let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
-    let mut stream = connect(&app);
-    stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
-        .expect("send a request");
 
-    let (answer, closed) = read_until_closed(&mut stream);
+    let (answer, closed) = exchange(&app.address, b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n");
 
     assert!(answer.starts_with("HTTP/1.1 200"), "answer: {answer:?}");
     assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer:?}");
@@ -202,23 +186,16 @@ fn a_request_head_over_the_limits_is_refused_with_431() {
     let start = "GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: ";
 
     // Exactly the limit, and still no end of the head.
-    let mut stream = connect(&app);
     let filler = "a".repeat(MAX_REQUEST_HEAD_BYTES - start.len());
-    stream
-        .write_all(format!("{start}{filler}").as_bytes())
-        .expect("send the head");
-    let (answer, closed) = read_until_closed(&mut stream);
+    let (answer, closed) = exchange(&app.address, format!("{start}{filler}").as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "answer: {answer:?}");
     assert!(closed);
 
-    let mut stream = connect(&app);
     let fields: String = (0..MAX_REQUEST_HEADERS)
         .map(|i| format!("X-Field-{i}: {i}\r\n"))
         .collect();
-    stream
-        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: test\r\n{fields}\r\n").as_bytes())
-        .expect("send the head");
-    let (answer, closed) = read_until_closed(&mut stream);
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: test\r\n{fields}\r\n");
+    let (answer, closed) = exchange(&app.address, request.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "answer: {answer:?}");
     assert!(closed);
 

@@ -64,6 +64,12 @@ fn sample(
 }
 
 fn scrape(server: &ServerProcess) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
+    samples(&scrape_text(server))
+}
+
+/// The text of `/metrics` of a server in its own process (metrics are
+/// process-wide, so no other test's requests are counted).
+pub(crate) fn scrape_text(server: &ServerProcess) -> String {
     let agent = process::agent(TIMEOUT);
     let res = process::try_send(
         &agent,
@@ -79,7 +85,7 @@ fn scrape(server: &ServerProcess) -> BTreeMap<(String, BTreeMap<String, String>)
             .unwrap_or_default()
             .starts_with("text/plain")
     );
-    samples(&res.body)
+    res.body
 }
 
 /// Scrapes until `done` holds (at most [`TIMEOUT`]); the last scrape.
