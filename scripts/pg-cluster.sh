@@ -9,6 +9,10 @@
 # Its user `postgres` may create databases, so the same URL serves as the test
 # suite's TEST_DATABASE_URL (each test creates a database of its own beside it).
 #
+# PG_SERVER_OPTIONS adds server options to `start`, e.g.
+# PG_SERVER_OPTIONS="-c lc_messages=de_DE.UTF-8" for a cluster whose errors
+# are in German (the locale must exist: `locale-gen de_DE.UTF-8`).
+#
 # `start` on a DIR whose cluster was stopped starts it again on the same data
 # and the same port, so that clients reconnect by themselves (outage tests).
 #
@@ -46,7 +50,7 @@ case "$cmd" in
       as_owner "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1
     fi
     as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off ${PG_SERVER_OPTIONS:-}" \
       start >&2
     echo "$port" >"$dir/port"
     psql() { as_owner "$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qtAX "$@"; }

@@ -196,7 +196,43 @@ fn parse_origin(raw: &str) -> Result<String, String> {
     Ok(origin.to_owned())
 }
 
+/// The longest retention accepted: 100 years. An entry's expiry must stay a
+/// four-digit year: SQLite compares timestamps as text, so an expiry in the
+/// year 10000 (a retention of about 2.5e11 s) would sort before today's and
+/// be purged at once.
+pub const MAX_RETENTION_SECS: u64 = 100 * 365 * 86_400;
+/// The longest purge interval accepted: 30 days. A timer much further away
+/// is beyond what the runtime's clock can add.
+pub const MAX_PURGE_INTERVAL_SECS: u64 = 30 * 86_400;
+
 impl Settings {
+    /// Refuses, with one line that names the setting, values that parse but
+    /// cannot work. Run before anything else at startup.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks = [
+            (
+                "IDEMPOTENCY_RETENTION_SECS (--retention-secs)",
+                self.retention_secs,
+                MAX_RETENTION_SECS,
+                "100 years",
+            ),
+            (
+                "PURGE_INTERVAL_SECS (--purge-interval-secs)",
+                self.purge_interval_secs,
+                MAX_PURGE_INTERVAL_SECS,
+                "30 days",
+            ),
+        ];
+        for (name, value, max, spelled) in checks {
+            if value > max {
+                return Err(format!(
+                    "{name} is {value}; it must be at most {max} ({spelled})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Settings with every default, for `url`; what tests start from.
     pub fn for_database(url: DatabaseUrl) -> Self {
         Self {
@@ -331,6 +367,34 @@ mod tests {
         }
         let serve = cli.find_subcommand_mut("serve").expect("serve");
         assert!(serve.render_long_help().to_string().contains("--bind"));
+    }
+
+    #[test]
+    fn durations_beyond_what_storage_and_timers_can_express_are_refused() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["orders-api"], args].concat())
+                .unwrap()
+                .settings
+                .validate()
+        };
+        assert_eq!(parse(&[]), Ok(()));
+        let max = MAX_RETENTION_SECS.to_string();
+        assert_eq!(parse(&["--retention-secs", &max]), Ok(()));
+        let too_long = parse(&["--retention-secs", "250000000000"]).unwrap_err();
+        assert!(
+            too_long.starts_with("IDEMPOTENCY_RETENTION_SECS") && !too_long.contains('\n'),
+            "{too_long}"
+        );
+        assert!(parse(&["--retention-secs", &(MAX_RETENTION_SECS + 1).to_string()]).is_err());
+        assert!(parse(&["--purge-interval-secs", &u64::MAX.to_string()]).is_err());
+        assert!(Cli::try_parse_from(["orders-api", "--lease-secs", "86401"]).is_err());
+    }
+
+    #[test]
+    fn a_retention_of_100_years_expires_in_a_four_digit_year() {
+        let expiry = chrono::Utc::now()
+            + chrono::Duration::seconds(i64::try_from(MAX_RETENTION_SECS).unwrap());
+        assert!(expiry.format("%Y").to_string().len() == 4, "{expiry}");
     }
 
     #[test]

@@ -17,5 +17,7 @@ pub mod db;
 pub mod http;
 pub mod idempotency;
 pub mod orders;
+#[cfg(test)]
+mod properties;
 pub mod startup;
 pub mod telemetry;

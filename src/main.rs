@@ -27,6 +27,10 @@ fn main() -> ExitCode {
         // its usage line and the list of subcommands (exit 2).
         Err(e) => e.exit(),
     };
+    if let Err(e) = args.settings.validate() {
+        eprintln!("orders-api: {e}");
+        return ExitCode::from(2);
+    }
     telemetry::init_logging();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,

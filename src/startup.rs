@@ -23,6 +23,20 @@ const PURGE_PAUSE: Duration = Duration::from_millis(5);
 /// How long in-flight requests may run after SIGTERM.
 const SHUTDOWN_GRACE: u64 = 30;
 
+/// How long a client may take to send its first request's head (request
+/// line and headers) from the moment it connects; a client still sending
+/// then is answered `408` and disconnected, so a client trickling its
+/// headers holds a connection no longer than this.
+pub const CLIENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle keep-alive connection stays open between requests.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// The largest request head accepted (actix-http's fixed limit): a bigger
+/// one is answered `431` and the connection closed.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 131_072;
+/// The most header fields one request may carry (actix-http's fixed
+/// limit): more are answered `431` and the connection closed.
+pub const MAX_REQUEST_HEADERS: usize = 96;
+
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {cause}")]
 pub struct BindError {
@@ -63,6 +77,8 @@ impl Application {
                 .wrap(from_fn(telemetry::observe))
         })
         .shutdown_timeout(SHUTDOWN_GRACE)
+        .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
+        .keep_alive(KEEP_ALIVE)
         // Ours instead of actix's, whose SIGINT stops at once: see `stop_on_signal`.
         .disable_signals();
         if let Some(workers) = settings.workers {
@@ -89,11 +105,14 @@ impl Application {
     /// Serves until the server is stopped (SIGINT/SIGTERM or the handle),
     /// purging expired ledger entries in the background meanwhile.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let every = self.purge_interval.min(telemetry::LEDGER_COUNT_INTERVAL);
+        let gauge = actix_web::rt::spawn(telemetry::count_ledger_rows(self.pool.clone(), every));
         let purge = actix_web::rt::spawn(purge_periodically(self.pool, self.purge_interval));
         let signals = actix_web::rt::spawn(stop_on_signal(self.server.handle()));
         let result = self.server.await;
         signals.abort();
         purge.abort();
+        gauge.abort();
         result
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -11,6 +11,8 @@ use actix_web::middleware::Next;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
+
+use crate::db::Pool;
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 const MAX_REQUEST_ID_LEN: usize = 128;
@@ -62,8 +64,16 @@ pub const REQUESTS: &str = "http_requests_total";
 pub const REQUEST_DURATION: &str = "http_request_duration_seconds";
 /// Idempotency outcomes, by `outcome` (one of [`IDEMPOTENCY_OUTCOMES`]).
 pub const IDEMPOTENCY: &str = "idempotency_outcomes_total";
-/// Rows in the idempotency ledger when last scraped.
+/// Rows in the idempotency ledger at the last count (see [`count_ledger_rows`]).
 pub const LEDGER_ROWS: &str = "idempotency_ledger_rows";
+/// The longest time between two counts of the ledger's rows.
+pub const LEDGER_COUNT_INTERVAL: Duration = Duration::from_secs(60);
+/// Every `method` label of the request metrics: the methods of RFC 9110 and
+/// `PATCH`; any other token a client invents is counted as `other`, so no
+/// request can add a series.
+pub const METHOD_LABELS: [&str; 10] = [
+    "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE", "other",
+];
 
 /// Every `outcome` label of [`IDEMPOTENCY`]:
 /// - `executed`: the mutation ran and its answer was recorded;
@@ -96,8 +106,32 @@ pub fn count_purged(n: usize) {
     metrics::counter!(IDEMPOTENCY, "outcome" => "purged").increment(n as u64);
 }
 
-pub fn set_ledger_rows(rows: i64) {
-    metrics::gauge!(LEDGER_ROWS).set(rows as f64);
+/// Keeps the [`LEDGER_ROWS`] gauge current by counting the ledger once
+/// every `every`, at once first: a scrape only reads the last count, so
+/// however often `/metrics` is scraped the table is counted no more often.
+pub async fn count_ledger_rows(pool: Pool, every: Duration) {
+    let mut ticker = actix_web::rt::time::interval(every);
+    loop {
+        ticker.tick().await;
+        let pool = pool.clone();
+        let rows = actix_web::web::block(move || -> Option<i64> {
+            let mut pooled = pool.get().ok()?;
+            crate::idempotency::store::count(&mut pooled.conn()).ok()
+        })
+        .await;
+        match rows {
+            Ok(Some(rows)) => metrics::gauge!(LEDGER_ROWS).set(rows as f64),
+            _ => tracing::debug!("cannot count the ledger's rows now; will retry"),
+        }
+    }
+}
+
+/// The `method` label of a request: one of [`METHOD_LABELS`].
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    METHOD_LABELS
+        .into_iter()
+        .find(|known| *known == method.as_str())
+        .unwrap_or("other")
 }
 
 /// Describes every metric and registers each idempotency outcome at zero, so
@@ -116,7 +150,10 @@ fn register_metrics() {
         IDEMPOTENCY,
         "Answers of the idempotency ledger, and entries purged, by outcome."
     );
-    metrics::describe_gauge!(LEDGER_ROWS, "Rows in the idempotency ledger.");
+    metrics::describe_gauge!(
+        LEDGER_ROWS,
+        "Rows in the idempotency ledger, as last counted (at most a minute ago)."
+    );
     for outcome in IDEMPOTENCY_OUTCOMES {
         metrics::counter!(IDEMPOTENCY, "outcome" => outcome).increment(0);
     }
@@ -142,6 +179,10 @@ fn rounded_millis(elapsed: std::time::Duration) -> f64 {
 /// The outermost middleware: one span per request with its id, user and
 /// idempotency outcome; one log line when it ends; request metrics; the
 /// request id echoed in `X-Request-Id`. Never logs a token or a body.
+///
+/// Every metric label comes from a fixed set, whatever a client sends: the
+/// method from [`METHOD_LABELS`], the route from the registered patterns (or
+/// `unmatched`), the status from the codes a response can have.
 pub async fn observe(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -152,6 +193,7 @@ pub async fn observe(
         .match_pattern()
         .unwrap_or_else(|| "unmatched".to_owned());
     let method = req.method().to_string();
+    let method_label = method_label(req.method());
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
@@ -166,9 +208,9 @@ pub async fn observe(
         Err(e) => e.as_response_error().status_code(),
     };
     let elapsed = started.elapsed();
-    metrics::counter!(REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status.as_u16().to_string())
+    metrics::counter!(REQUESTS, "method" => method_label, "route" => route.clone(), "status" => status.as_u16().to_string())
         .increment(1);
-    metrics::histogram!(REQUEST_DURATION, "method" => method, "route" => route, "status" => status.as_u16().to_string())
+    metrics::histogram!(REQUEST_DURATION, "method" => method_label, "route" => route, "status" => status.as_u16().to_string())
         .record(elapsed.as_secs_f64());
     span.in_scope(|| {
         tracing::info!(

@@ -10,18 +10,20 @@
 //! be compiled anew (40 % of a `GET` in a profile). A statement that only one
 //! backend understands lives in a small named function beside its siblings (see `idempotency::store`).
 
+mod failure;
 mod migrate;
 pub mod schema;
 mod url;
 pub mod writer;
 
+pub use failure::{Failure, classify};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 
 pub use migrate::{migrations_applied, run_migrations};
 pub use url::{Backend, DatabaseUrl, one_line};
@@ -214,6 +216,10 @@ impl Pool {
             }
             Backend::Postgres => {
                 PgConnection::establish(url.as_str()).map_err(connect_error)?;
+                failure::learn_wording(url.as_str()).map_err(|e| SetupError::Connect {
+                    target: url.to_string(),
+                    cause: one_line(&e.to_string()),
+                })?;
                 pool_builder(url, options)
                     .connection_customizer(Box::new(PgSession {
                         lease: options.lease,
@@ -368,10 +374,10 @@ impl CustomizeConnection<SqliteConnection, r2d2::Error> for SqliteSession {
     }
 }
 
-/// Per-connection PostgreSQL settings: how long a request waits for a row
-/// another transaction holds, and the lease that bounds how long any
-/// transaction may hold its claim (a hung holder's session is ended by the
-/// server, so its transaction can never commit late).
+/// Per-connection PostgreSQL settings: READ COMMITTED, how long a request
+/// waits for a row another transaction holds, and the lease that bounds how
+/// long any transaction may hold its claim (a hung holder's session is ended
+/// by the server, so its transaction can never commit late).
 #[derive(Debug, Clone, Copy)]
 struct PgSession {
     lease: Duration,
@@ -384,54 +390,30 @@ impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
         // key must be told IDEMPOTENCY_IN_PROGRESS, never a 503 (with equal
         // timeouts the statement's, started first, fires first).
         let lock_ms = PG_LOCK_WAIT.as_millis().min(lease_ms / 2).max(1);
+        // READ COMMITTED whatever the database's default: under `repeatable
+        // read` or `serializable` a race loser's `INSERT … ON CONFLICT`
+        // fails with a serialization error instead of seeing the winner.
+        // PostgreSQL 17+ also ends any transaction older than the lease
+        // (`transaction_timeout`); before it, a dead host's transaction
+        // lives at most one statement plus one idle moment: twice the lease.
+        let version: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "current_setting('server_version_num')::bigint",
+        ))
+        .get_result(conn)
+        .map_err(r2d2::Error::QueryError)?;
+        let transaction_timeout = if version >= 170_000 {
+            format!("SET transaction_timeout = {lease_ms};")
+        } else {
+            String::new()
+        };
         conn.batch_execute(&format!(
             "SET TIME ZONE 'UTC';
+             SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
              SET lock_timeout = {lock_ms};
              SET statement_timeout = {lease_ms};
-             SET idle_in_transaction_session_timeout = {lease_ms};"
+             SET idle_in_transaction_session_timeout = {lease_ms};
+             {transaction_timeout}"
         ))
         .map_err(r2d2::Error::QueryError)
-    }
-}
-
-/// How a failed query should be answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The database is unreachable, locked or shedding load: `503`, retry.
-    Unavailable,
-    /// PostgreSQL's `lock_timeout` fired: another transaction holds the row.
-    LockTimeout,
-    /// Anything else: a defect, answered with an opaque `500`.
-    Internal,
-}
-
-/// Classifies a diesel error by what the client can do about it.
-pub fn classify(error: &DieselError) -> Failure {
-    match error {
-        DieselError::DatabaseError(kind, info) => match kind {
-            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand => {
-                Failure::Unavailable
-            }
-            DatabaseErrorKind::SerializationFailure => Failure::Unavailable,
-            _ => {
-                let message = info.message();
-                if message.contains("lock timeout") {
-                    Failure::LockTimeout
-                } else if message.contains("database is locked")
-                    || message.contains("database is busy")
-                    || message.contains("terminating connection")
-                    || message.contains("the database system is")
-                    || message.contains("server closed the connection")
-                    || message.contains("statement timeout")
-                    || message.contains("idle-in-transaction timeout")
-                {
-                    Failure::Unavailable
-                } else {
-                    Failure::Internal
-                }
-            }
-        },
-        DieselError::BrokenTransactionManager => Failure::Unavailable,
-        _ => Failure::Internal,
     }
 }

@@ -2,7 +2,16 @@
 //! handler builds a [`Mutation`] and hands its work to [`Mutation::execute`],
 //! which runs it inside the idempotency ledger. The work receives a
 //! [`ClaimedTx`], which only the ledger can make, and the orders domain's
-//! mutations require one: a route that skipped the ledger would not compile.
+//! mutations require one, while its storage functions are private to it: a
+//! route that changed an order without the ledger would not compile (short
+//! of writing its own SQL against the schema).
+//!
+//! ```compile_fail,E0451
+//! // A `ClaimedTx` cannot be made outside the ledger.
+//! fn forge<'t, 'c>(conn: &'t mut orders_api::db::Conn<'c>) -> orders_api::idempotency::ClaimedTx<'t, 'c> {
+//!     orders_api::idempotency::ClaimedTx { conn }
+//! }
+//! ```
 //!
 //! Checks run in the order of SPEC §4: auth (middleware, before this), the
 //! key, media type, size and JSON syntax, then the route's body validation,

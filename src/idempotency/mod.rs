@@ -32,7 +32,7 @@
 
 mod fingerprint;
 mod key;
-pub mod store;
+pub(crate) mod store;
 
 use std::time::{Duration, Instant};
 

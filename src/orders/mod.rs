@@ -1,10 +1,16 @@
 //! The orders domain: what an order is, how it is validated and stored, and
 //! the operations the API offers. Mutations take a [`ClaimedTx`], so they can
-//! only run inside the idempotency ledger's transaction.
+//! only run inside the idempotency ledger's transaction; the table's storage
+//! functions are private to this module, so nothing else can write an order.
+//!
+//! ```compile_fail,E0603
+//! // Outside the crate (and outside this module) the storage is out of reach.
+//! use orders_api::orders::store;
+//! ```
 
 pub mod input;
 pub mod model;
-pub mod store;
+mod store;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel::result::Error as DieselError;
@@ -13,7 +19,8 @@ use crate::db::Conn;
 use crate::idempotency::{ClaimedTx, Fingerprint, IdempotencyKey};
 use input::{NewOrder, OrderPatch};
 use model::{Order, OrderId, OrderStatus};
-use store::{Changes, CorruptRow, NewRow};
+pub use store::CorruptRow;
+use store::{Changes, NewRow};
 
 /// Why an orders operation did not succeed.
 #[derive(Debug, thiserror::Error)]

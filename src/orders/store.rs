@@ -172,7 +172,3 @@ pub fn set_status_from_pending(
             .optional()
     })
 }
-
-pub fn count(conn: &mut Conn<'_>) -> QueryResult<i64> {
-    dispatch!(conn, c, s => s::orders::table.count().get_result(c))
-}

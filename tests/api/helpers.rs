@@ -53,14 +53,21 @@ macro_rules! both_backends {
 /// (Built with `TEST_DATABASE_URL` set but run without it, they pass without
 /// running, with a note.)
 pub fn postgres_available() -> bool {
-    if std::env::var_os(TEST_DATABASE_URL).is_some() {
-        return true;
+    cluster_url(TEST_DATABASE_URL).is_some()
+}
+
+/// The admin URL of the PostgreSQL cluster that the environment variable
+/// `var` names; `None` (with a note) when it is unset, a panic in CI, where
+/// no test may be skipped.
+pub fn cluster_url(var: &str) -> Option<String> {
+    if let Ok(url) = std::env::var(var) {
+        return Some(url);
     }
     if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-        panic!("CI is set but {TEST_DATABASE_URL} is not: the PostgreSQL suite must run in CI");
+        panic!("CI is set but {var} is not: this PostgreSQL test must run in CI");
     }
-    eprintln!("note: {TEST_DATABASE_URL} is not set; skipping the PostgreSQL copy of this test");
-    false
+    eprintln!("note: {var} is not set; skipping this PostgreSQL test");
+    None
 }
 
 /// A database that exists only for one test and is removed afterwards.
@@ -116,6 +123,37 @@ impl TestDb {
                 }
             }
         }
+    }
+
+    /// A fresh database on the PostgreSQL cluster whose admin URL is `admin_url`.
+    pub fn fresh_postgres_on(admin_url: &str) -> Self {
+        let name = format!("orders_test_{}", uuid::Uuid::new_v4().simple());
+        // Parsed like the service parses it (GSSAPI off unless asked for).
+        let admin_url = DatabaseUrl::parse(admin_url)
+            .expect("the cluster's URL is a postgres:// URL")
+            .as_str()
+            .to_owned();
+        let mut admin = PgConnection::establish(&admin_url).expect("connect to the cluster");
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .expect("create test database");
+        let url = DatabaseUrl::parse(&with_database(&admin_url, &name)).expect("postgres url");
+        Self {
+            url,
+            cleanup: Cleanup::Database { admin_url, name },
+        }
+    }
+
+    /// PostgreSQL: runs `sql` as the cluster's admin, outside this database
+    /// (`{db}` in `sql` is replaced by this database's name).
+    pub fn as_admin(&self, sql: &str) {
+        let Cleanup::Database { admin_url, name } = &self.cleanup else {
+            panic!("as_admin is for PostgreSQL test databases");
+        };
+        let mut admin = PgConnection::establish(admin_url).expect("connect to the cluster");
+        diesel::sql_query(sql.replace("{db}", name))
+            .execute(&mut admin)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     pub fn backend(&self) -> Backend {
@@ -179,7 +217,11 @@ impl TestApp {
 
     /// Starts a server whose settings `tweak` may change first.
     pub fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> Self {
-        let db = TestDb::fresh(backend);
+        Self::spawn_on(TestDb::fresh(backend), tweak)
+    }
+
+    /// Starts a server on a database the test prepared.
+    pub fn spawn_on(db: TestDb, tweak: impl FnOnce(&mut Settings)) -> Self {
         let mut settings = Settings::for_database(db.url.clone());
         settings.workers = Some(2);
         settings.pool_size = 8;
@@ -276,14 +318,12 @@ impl TestApp {
 
     /// Orders stored, for every user.
     pub fn order_count(&self) -> i64 {
-        let mut pooled = self.pool.get().expect("connection");
-        orders_api::orders::store::count(&mut pooled.conn()).expect("count orders")
+        crate::process::order_count(&self.pool)
     }
 
     /// Idempotency-ledger rows stored, for every user.
     pub fn ledger_count(&self) -> i64 {
-        let mut pooled = self.pool.get().expect("connection");
-        orders_api::idempotency::store::count(&mut pooled.conn()).expect("count ledger rows")
+        crate::process::ledger_count(&self.pool)
     }
 }
 

@@ -2,6 +2,7 @@
 //! database (a fresh one per test), on SQLite and PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod abuse;
 mod atk;
 mod atk_broken;
 mod atk_command;
@@ -11,6 +12,7 @@ mod cli;
 mod client;
 mod client_retries;
 mod crash;
+mod database;
 mod docs;
 mod expect;
 mod group_commit;
@@ -25,5 +27,6 @@ mod outage;
 mod process;
 mod proxy;
 mod race;
+mod settings;
 mod shutdown;
 mod smoke;

@@ -64,6 +64,12 @@ fn sample(
 }
 
 fn scrape(server: &ServerProcess) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
+    samples(&scrape_text(server))
+}
+
+/// The text of `/metrics` of a server in its own process (metrics are
+/// process-wide, so no other test's requests are counted).
+pub(crate) fn scrape_text(server: &ServerProcess) -> String {
     let agent = process::agent(TIMEOUT);
     let res = process::try_send(
         &agent,
@@ -79,7 +85,22 @@ fn scrape(server: &ServerProcess) -> BTreeMap<(String, BTreeMap<String, String>)
             .unwrap_or_default()
             .starts_with("text/plain")
     );
-    samples(&res.body)
+    res.body
+}
+
+/// Scrapes until `done` holds (at most [`TIMEOUT`]); the last scrape.
+fn scrape_until(
+    server: &ServerProcess,
+    done: impl Fn(&BTreeMap<(String, BTreeMap<String, String>), f64>) -> bool,
+) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let metrics = scrape(server);
+        if done(&metrics) || Instant::now() > deadline {
+            return metrics;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A fresh database for a server process, with alice's token.
@@ -209,7 +230,8 @@ both_backends! {
 
     fn metrics_count_requests_by_route_and_status_and_each_idempotency_outcome(backend) {
         let (db, pool, token) = database(backend);
-        let server = ServerProcess::start(&db.url, &[]);
+        // The ledger is counted once per purge interval (at most a minute).
+        let server = ServerProcess::start(&db.url, &["--purge-interval-secs", "1"]);
         let client = Client::new(&server.address(), &token, TIMEOUT);
         let body = order_body("Widget", 2, "9.99");
 
@@ -220,7 +242,8 @@ both_backends! {
         let location = created.header("Location").unwrap().to_owned();
         let read = client.call("GET", &location, None, None).unwrap();
         let missing = client.call("GET", "/v1/orders/0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b", None, None).unwrap();
-        let metrics = scrape(&server);
+        let ledger_rows = |m: &BTreeMap<_, _>| sample(m, "idempotency_ledger_rows", &[]);
+        let metrics = scrape_until(&server, |m| ledger_rows(m) == Some(1.0));
 
         assert_eq!(
             [created.status, replayed.status, reused.status, no_key.status, read.status, missing.status],
@@ -261,15 +284,10 @@ both_backends! {
             assert_eq!(client.post_order(key, &order_body("Widget", 1, "1.00")).unwrap().status, 201);
         }
 
-        let deadline = Instant::now() + TIMEOUT;
-        let metrics = loop {
-            let metrics = scrape(&server);
-            let purged = sample(&metrics, "idempotency_outcomes_total", &[("outcome", "purged")]);
-            if purged == Some(2.0) || Instant::now() > deadline {
-                break metrics;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let metrics = scrape_until(&server, |m| {
+            sample(m, "idempotency_outcomes_total", &[("outcome", "purged")]) == Some(2.0)
+                && sample(m, "idempotency_ledger_rows", &[]) == Some(0.0)
+        });
 
         assert_eq!(sample(&metrics, "idempotency_outcomes_total", &[("outcome", "purged")]), Some(2.0));
         assert_eq!(sample(&metrics, "idempotency_outcomes_total", &[("outcome", "executed")]), Some(2.0));

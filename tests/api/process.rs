@@ -243,20 +243,38 @@ pub fn create_token(pool: &Pool, user_id: &str) -> String {
 
 /// The id of the order `user_id` created with `key`, if any.
 pub fn order_id_for_key(pool: &Pool, user_id: &str, key: &str) -> Option<String> {
+    use diesel::prelude::*;
+    use orders_api::orders::model::OrderId;
+
     let mut pooled = pool.get().expect("connection");
-    orders_api::orders::store::find_by_key(&mut pooled.conn(), user_id, key)
-        .expect("find order by key")
-        .map(|row| row.id.to_string())
+    let id: Option<OrderId> = orders_api::dispatch!(&mut pooled.conn(), c, s => {
+        use s::orders::dsl as t;
+        t::orders
+            .filter(t::user_id.eq(user_id).and(t::idempotency_key.eq(key)))
+            .select(t::id)
+            .first(c)
+            .optional()
+    })
+    .expect("find order by key");
+    id.map(|id| id.to_string())
 }
 
+/// Orders stored, for every user.
 pub fn order_count(pool: &Pool) -> i64 {
     let mut pooled = pool.get().expect("connection");
-    orders_api::orders::store::count(&mut pooled.conn()).expect("count orders")
+    orders_api::dispatch!(&mut pooled.conn(), c, s => {
+        diesel::RunQueryDsl::get_result(diesel::QueryDsl::count(s::orders::table), c)
+    })
+    .expect("count orders")
 }
 
+/// Idempotency-ledger rows stored, for every user.
 pub fn ledger_count(pool: &Pool) -> i64 {
     let mut pooled = pool.get().expect("connection");
-    orders_api::idempotency::store::count(&mut pooled.conn()).expect("count ledger rows")
+    orders_api::dispatch!(&mut pooled.conn(), c, s => {
+        diesel::RunQueryDsl::get_result(diesel::QueryDsl::count(s::idempotency_ledger::table), c)
+    })
+    .expect("count ledger rows")
 }
 
 /// An HTTP client whose every request gives up after `timeout`, and that

@@ -14,7 +14,7 @@ const REPLAYED: &str = "Idempotent-Replayed";
 
 /// Sends one request per thread, all released by one barrier; thread `i`
 /// sends `body(i)` (JSON) with `key`. Returns the answers in thread order.
-fn race(
+pub(crate) fn race(
     app: &TestApp,
     method: &str,
     path: &str,

@@ -1,0 +1,205 @@
+//! Abuse and resource bounds (issue 7, points 1–3): what an unauthenticated
+//! client can make the service keep — metric series, database work per
+//! scrape, connections held by slow or oversized requests — is bounded.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use orders_api::startup::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS};
+
+use crate::both_backends;
+use crate::helpers::*;
+use crate::operability::scrape_text;
+use crate::process::{self, Client, ServerProcess};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Far beyond every limit under test: a connection still open then was
+/// never cut off.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The value of the unlabelled ledger gauge, if the scrape has it.
+fn ledger_rows(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("idempotency_ledger_rows "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 7.1: a client inventing HTTP methods (no token needed) creates no
+/// new series: before the fix each method added a counter and a histogram.
+#[test]
+fn a_thousand_invented_http_methods_leave_the_metrics_the_same_size() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    process::prepare(&db.url);
+    let server = ServerProcess::start(&db.url, &[]);
+    let address = server.address();
+    // By hand: HTTP clients refuse to send methods they do not know.
+    let send = |method: &str, path: &str| {
+        let request =
+            format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let (answer, _) = exchange(&address, request.as_bytes());
+        assert!(
+            answer.starts_with("HTTP/1.1 "),
+            "{method} {path}: {answer:?}"
+        );
+    };
+    let paths = ["/healthz", "/v1/orders", "/no/such/path"];
+    // Every series the loop below can touch exists once before measuring.
+    for path in paths {
+        send("WARMUP", path);
+    }
+    let before = scrape_text(&server);
+
+    for i in 0..1_000 {
+        send(&format!("FOO{i}"), paths[i % paths.len()]);
+    }
+    let after = scrape_text(&server);
+
+    assert!(
+        after.len().abs_diff(before.len()) < 2_048,
+        "/metrics grew from {} to {} bytes",
+        before.len(),
+        after.len()
+    );
+    assert!(
+        !after.contains("FOO") && !after.contains("WARMUP"),
+        "{after}"
+    );
+    assert!(after.contains(r#"method="other""#), "{after}");
+}
+
+both_backends! {
+    /// Issue 7.2: `/metrics` is unauthenticated, so a scrape must not cost a
+    /// count over the ledger: it reads the count the background task made
+    /// (at start, then every minute at most). Rows written after that count
+    /// do not show however often the service is scraped.
+    fn a_scrape_reads_the_last_background_count_and_never_counts_the_ledger_itself(backend) {
+        let db = TestDb::fresh(backend);
+        let pool = process::prepare(&db.url);
+        let token = process::create_token(&pool, "alice");
+        let server = ServerProcess::start(&db.url, &[]);
+        let client = Client::new(&server.address(), &token, TIMEOUT);
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while ledger_rows(&scrape_text(&server)).is_none() {
+            assert!(std::time::Instant::now() < deadline, "the ledger was never counted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        for key in ["scrape-1", "scrape-2"] {
+            assert_eq!(client.post_order(key, &order_body("Widget", 1, "1.00")).unwrap().status, 201);
+        }
+        let gauges: Vec<Option<f64>> = (0..20).map(|_| ledger_rows(&scrape_text(&server))).collect();
+
+        assert_eq!(process::ledger_count(&pool), 2);
+        assert_eq!(gauges, vec![Some(0.0); 20], "a scrape counted the ledger");
+    }
+}
+
+/// Reads until the server closes the connection (or `PATIENCE` runs out);
+/// returns what arrived and whether the server closed it.
+fn read_until_closed(stream: &mut TcpStream) -> (String, bool) {
+    stream
+        .set_read_timeout(Some(PATIENCE))
+        .expect("read timeout");
+    let mut received = Vec::new();
+    let mut chunk = [0_u8; 4096];
+    let closed = loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => break true,
+            Ok(n) => received.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                break false;
+            }
+            // A reset is the server closing too.
+            Err(_) => break true,
+        }
+    };
+    (String::from_utf8_lossy(&received).into_owned(), closed)
+}
+
+fn connect(address: &str) -> TcpStream {
+    TcpStream::connect(address.trim_start_matches("http://")).expect("connect")
+}
+
+/// Sends `bytes` on a new connection to `address` and reads until the server
+/// closes it: what arrived, and whether it was closed.
+fn exchange(address: &str, bytes: &[u8]) -> (String, bool) {
+    let mut stream = connect(address);
+    stream.write_all(bytes).expect("send");
+    read_until_closed(&mut stream)
+}
+
+/// Issue 7.3: a client that sends its headers one byte a second is answered
+/// `408` and disconnected (`CLIENT_REQUEST_TIMEOUT`, 5 s), long before
+/// `PATIENCE` — it cannot hold a connection by trickling.
+#[test]
+fn a_client_trickling_its_headers_is_answered_408_and_disconnected() {
+    let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
+    let mut stream = connect(&app.address);
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Slow: ")
+        .expect("send the start of the head");
+    let done = AtomicBool::new(false);
+
+    let (answer, closed) = std::thread::scope(|s| {
+        let mut writer = stream.try_clone().expect("clone the stream");
+        let done = &done;
+        s.spawn(move || {
+            for _ in 0..PATIENCE.as_secs() {
+                if done.load(Ordering::SeqCst) || writer.write_all(b"a").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        let result = read_until_closed(&mut stream);
+        done.store(true, Ordering::SeqCst);
+        result
+    });
+
+    assert!(answer.starts_with("HTTP/1.1 408"), "answer: {answer:?}");
+    assert!(closed, "the trickling client's connection is still open");
+}
+
+/// Issue 7.3: an idle keep-alive connection is closed by the server
+/// (`KEEP_ALIVE`, 5 s) instead of being held open.
+#[test]
+fn an_idle_keep_alive_connection_is_closed_by_the_server() {
+    let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
+
+    let (answer, closed) = exchange(&app.address, b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n");
+
+    assert!(answer.starts_with("HTTP/1.1 200"), "answer: {answer:?}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer:?}");
+    assert!(closed, "the idle connection is still open");
+}
+
+/// Issue 7.3: a request head over `MAX_REQUEST_HEAD_BYTES`, or with more than
+/// `MAX_REQUEST_HEADERS` fields, is refused with `431` and the connection
+/// closed; a head well inside the limits is served.
+#[test]
+fn a_request_head_over_the_limits_is_refused_with_431() {
+    let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
+    let start = "GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: ";
+
+    // Exactly the limit, and still no end of the head.
+    let filler = "a".repeat(MAX_REQUEST_HEAD_BYTES - start.len());
+    let (answer, closed) = exchange(&app.address, format!("{start}{filler}").as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "answer: {answer:?}");
+    assert!(closed);
+
+    let fields: String = (0..MAX_REQUEST_HEADERS)
+        .map(|i| format!("X-Field-{i}: {i}\r\n"))
+        .collect();
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: test\r\n{fields}\r\n");
+    let (answer, closed) = exchange(&app.address, request.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "answer: {answer:?}");
+    assert!(closed);
+
+    let half = "a".repeat(MAX_REQUEST_HEAD_BYTES / 2);
+    let served = app.request("GET", "/healthz", &[("X-Big", half.as_str())], None);
+    assert_eq!(served.status, 200, "{}", served.body);
+}
