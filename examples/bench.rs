@@ -628,8 +628,24 @@ struct WrkResult {
 }
 
 /// Runs wrk against every base at once (the connections split between
-/// them) and adds up what they served.
+/// them) and adds up what they served: first a warm-up of
+/// `BENCH_WARMUP_SECONDS` (2) whose figures are dropped (a new database's
+/// WAL file grows to its working size, caches fill), then the measurement.
 fn wrk_all(config: &Config, bases: &[String], script: &Path, args: &[&str]) -> WrkResult {
+    let warmup: u64 = env_or("BENCH_WARMUP_SECONDS", 2);
+    if warmup > 0 {
+        wrk_once(config, bases, script, args, warmup);
+    }
+    wrk_once(config, bases, script, args, config.seconds)
+}
+
+fn wrk_once(
+    config: &Config,
+    bases: &[String],
+    script: &Path,
+    args: &[&str],
+    seconds: u64,
+) -> WrkResult {
     let connections = (config.connections as usize / bases.len()).max(1);
     let threads = connections.min(2);
     let children: Vec<Child> = bases
@@ -643,7 +659,7 @@ fn wrk_all(config: &Config, bases: &[String], script: &Path, args: &[&str]) -> W
                     "-c",
                     &connections.to_string(),
                     "-d",
-                    &format!("{}s", config.seconds),
+                    &format!("{seconds}s"),
                     "-s",
                 ])
                 .arg(script)

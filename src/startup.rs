@@ -22,6 +22,14 @@ const PURGE_MAX_BATCHES_PER_ROUND: usize = 1_000;
 const PURGE_PAUSE: Duration = Duration::from_millis(5);
 /// How long in-flight requests may run after SIGTERM.
 const SHUTDOWN_GRACE: u64 = 30;
+/// Blocking threads per HTTP worker (database work runs on them). Each
+/// waiting request holds one — on SQLite while its batch commits — so this
+/// bounds the batch size only far above any pool; tokio's default (512 per
+/// worker) would let a burst grow hundreds of thread stacks and malloc arenas.
+const BLOCKING_THREADS_PER_WORKER: usize = 64;
+/// How often histogram samples are folded into their buckets, so that they
+/// do not pile up in memory between two scrapes of `/metrics`.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 
 /// How long a client may take to send its first request's head (request
 /// line and headers) from the moment it connects; a client still sending
@@ -79,6 +87,7 @@ impl Application {
         .shutdown_timeout(SHUTDOWN_GRACE)
         .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
         .keep_alive(KEEP_ALIVE)
+        .worker_max_blocking_threads(BLOCKING_THREADS_PER_WORKER)
         // Ours instead of actix's, whose SIGINT stops at once: see `stop_on_signal`.
         .disable_signals();
         if let Some(workers) = settings.workers {
@@ -109,11 +118,22 @@ impl Application {
         let gauge = actix_web::rt::spawn(telemetry::count_ledger_rows(self.pool.clone(), every));
         let purge = actix_web::rt::spawn(purge_periodically(self.pool, self.purge_interval));
         let signals = actix_web::rt::spawn(stop_on_signal(self.server.handle()));
+        let upkeep = actix_web::rt::spawn(metrics_upkeep(METRICS_UPKEEP));
         let result = self.server.await;
+        upkeep.abort();
         signals.abort();
         purge.abort();
         gauge.abort();
         result
+    }
+}
+
+async fn metrics_upkeep(every: Duration) {
+    let handle = telemetry::metrics_handle();
+    let mut ticker = actix_web::rt::time::interval(every);
+    loop {
+        ticker.tick().await;
+        handle.run_upkeep();
     }
 }
 

@@ -19,7 +19,7 @@
 //!
 //! Concurrent requests with one key never run their mutations side by side:
 //! on SQLite units run one at a time; on PostgreSQL each unit first takes a
-//! transaction-scoped advisory lock on the key ([`store::lock_key`]), so a
+//! transaction-scoped advisory lock on the key (`store::lock_key`), so a
 //! second one waits — and finds the first's entry once it commits, or gives
 //! up after `lock_timeout` with `IDEMPOTENCY_IN_PROGRESS`.
 //!
