@@ -75,7 +75,10 @@ fn main() {
         Ok(admin) => Target::postgres(&admin),
         Err(_) => Target::Sqlite(config.dir.join("orders.db")),
     };
-    let mut report = Report::default();
+    let mut report = Report {
+        durability: target.durability(),
+        ..Report::default()
+    };
     run(&config, &target, &mut report);
     report.print(&config, &target);
     target.cleanup();
@@ -117,6 +120,38 @@ impl Target {
         match self {
             Target::Sqlite(path) => format!("sqlite://{}", path.display()),
             Target::Postgres { url, .. } => url.clone(),
+        }
+    }
+
+    /// The settings every figure depends on, as the database reports them.
+    fn durability(&self) -> String {
+        match self {
+            Target::Sqlite(_) => {
+                "SQLite WAL: the service at synchronous = FULL, the bare-insert baseline at NORMAL"
+                    .to_owned()
+            }
+            Target::Postgres { url, .. } => {
+                #[derive(QueryableByName)]
+                struct Setting {
+                    #[diesel(sql_type = Text)]
+                    setting: String,
+                }
+                let mut conn = PgConnection::establish(url).expect("connect");
+                let show = |conn: &mut PgConnection, name: &str| {
+                    diesel::sql_query(format!("SELECT current_setting('{name}') AS setting"))
+                        .get_result::<Setting>(conn)
+                        .map(|s| s.setting)
+                        .unwrap_or_else(|_| "?".into())
+                };
+                let fsync = show(&mut conn, "fsync");
+                let commit = show(&mut conn, "synchronous_commit");
+                let warning = if fsync == "on" && commit == "on" {
+                    ""
+                } else {
+                    " — NOT DURABLE: these figures measure commits that users do not run"
+                };
+                format!("PostgreSQL fsync = {fsync}, synchronous_commit = {commit}{warning}")
+            }
         }
     }
 
@@ -806,6 +841,7 @@ fn pgbench(config: &Config, url: &str) -> f64 {
 
 #[derive(Default)]
 struct Report {
+    durability: String,
     rows: Vec<(String, WrkResult)>,
     peak_rss_kb: Option<u64>,
     purge_left: Option<i64>,
@@ -839,6 +875,7 @@ impl Report {
             config.seconds,
             config.processes
         );
+        let _ = writeln!(out, "durability: {}\n", self.durability);
         let _ = writeln!(out, "| case | req/s | p50 ms | p99 ms | errors |");
         let _ = writeln!(out, "|---|---:|---:|---:|---:|");
         for (name, r) in &self.rows {

@@ -41,12 +41,18 @@ const SQLITE_BUSY_OR_LOCKED: [&str; 2] = ["database is locked", "database table 
 static PG_WORDING: RwLock<Vec<(String, Failure)>> = RwLock::new(Vec::new());
 
 /// Classifies a diesel error by what the client can do about it.
+///
+/// A lost connection is also reported to the pool (see
+/// [`super::PgManager`]), so that the connection this thread holds is
+/// dropped, not handed out again, when it goes back.
 pub fn classify(error: &DieselError) -> Failure {
     match error {
         DieselError::DatabaseError(kind, info) => match kind {
-            DatabaseErrorKind::ClosedConnection
-            | DatabaseErrorKind::UnableToSendCommand
-            | DatabaseErrorKind::SerializationFailure => Failure::Unavailable,
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand => {
+                super::note_connection_lost();
+                Failure::Unavailable
+            }
+            DatabaseErrorKind::SerializationFailure => Failure::Unavailable,
             _ => {
                 let message = info.message();
                 if SQLITE_BUSY_OR_LOCKED.contains(&message) {

@@ -97,6 +97,20 @@ pub fn migrations_applied(conn: &mut Conn<'_>) -> Result<bool, DieselError> {
     pending(conn).map(|n| n == 0)
 }
 
+diesel::table! {
+    /// SQLite's catalog, as far as `pending` reads it.
+    sqlite_master (name) {
+        #[sql_name = "type"]
+        type_ -> Text,
+        name -> Text,
+    }
+}
+
+diesel::define_sql_function! {
+    /// PostgreSQL: the relation a name resolves to, or NULL.
+    fn to_regclass(name: diesel::sql_types::Text) -> diesel::sql_types::Nullable<diesel::sql_types::Text>;
+}
+
 #[derive(QueryableByName)]
 struct Applied {
     #[diesel(sql_type = diesel::sql_types::Text)]
@@ -108,18 +122,28 @@ struct Applied {
 /// lost connection keeps the driver's error, so that it classifies as
 /// unavailable (503), not as a defect (500).
 fn pending(conn: &mut Conn<'_>) -> Result<usize, DieselError> {
-    let query = format!("SELECT version FROM {APPLIED_TABLE}");
-    let applied = match dispatch!(conn, c, _s => diesel::sql_query(&query).load::<Applied>(c)) {
-        Ok(rows) => rows.into_iter().map(|r| r.version).collect(),
-        // No table yet: nothing was ever applied.
-        Err(DieselError::DatabaseError(_, info))
-            if info.message().contains("no such table")
-                || (info.message().contains(APPLIED_TABLE)
-                    && info.message().contains("does not exist")) =>
-        {
-            Vec::new()
+    // Whether the table exists, asked of the catalog: an error's text would
+    // be in the server's language.
+    let exists = match conn {
+        Conn::Sqlite(c) => diesel::select(diesel::dsl::exists(
+            sqlite_master::table
+                .filter(sqlite_master::type_.eq("table"))
+                .filter(sqlite_master::name.eq(APPLIED_TABLE)),
+        ))
+        .get_result::<bool>(*c)?,
+        Conn::Postgres(c) => {
+            diesel::select(to_regclass(APPLIED_TABLE).is_not_null()).get_result::<bool>(*c)?
         }
-        Err(e) => return Err(e),
+    };
+    let applied: Vec<String> = if exists {
+        let query = format!("SELECT version FROM {APPLIED_TABLE}");
+        dispatch!(conn, c, _s => diesel::sql_query(&query).load::<Applied>(c))?
+            .into_iter()
+            .map(|r| r.version)
+            .collect()
+    } else {
+        // No table yet: nothing was ever applied.
+        Vec::new()
     };
     let known = match conn {
         Conn::Sqlite(_) => versions::<diesel::sqlite::Sqlite>(&SQLITE_MIGRATIONS),
@@ -144,24 +168,43 @@ where
 
 /// Connects; when the database does not exist, creates it from the server's
 /// maintenance database (as `diesel setup` does) and connects again.
+/// Whether it exists is asked of the server's catalog, not read from the
+/// connection error, whose text is in the server's language.
 fn establish_or_create_pg(url: &DatabaseUrl) -> Result<PgConnection, SetupError> {
     let first = match PgConnection::establish(url.as_str()) {
         Ok(conn) => return Ok(conn),
         Err(e) => e,
     };
-    let message = first.to_string();
-    let Some(name) = missing_database(&message) else {
+    let Some(name) = url.database().filter(|name| missing_database(url, name)) else {
         return Err(SetupError::connect(url, &first));
     };
     create_pg_database(url, name)?;
     PgConnection::establish(url.as_str()).map_err(|e| SetupError::connect(url, &e))
 }
 
-/// The name in libpq's `FATAL:  database "orders" does not exist`.
-fn missing_database(message: &str) -> Option<&str> {
-    let end = message.rfind("\" does not exist")?;
-    let start = message[..end].rfind("database \"")? + "database \"".len();
-    Some(&message[start..end]).filter(|name| !name.is_empty())
+diesel::table! {
+    /// PostgreSQL's catalog of databases, as far as `missing_database` reads it.
+    pg_database (datname) {
+        datname -> Text,
+    }
+}
+
+/// Whether the server that `url` names is reachable through a maintenance
+/// database and has no database `name`.
+fn missing_database(url: &DatabaseUrl, name: &str) -> bool {
+    ["postgres", "template1"].iter().any(|maintenance| {
+        let Some(admin_url) = url.with_database(maintenance) else {
+            return false;
+        };
+        let Ok(mut admin) = PgConnection::establish(admin_url.as_str()) else {
+            return false;
+        };
+        diesel::select(diesel::dsl::not(diesel::dsl::exists(
+            pg_database::table.filter(pg_database::datname.eq(name)),
+        )))
+        .get_result::<bool>(&mut admin)
+        .unwrap_or(false)
+    })
 }
 
 fn create_pg_database(url: &DatabaseUrl, name: &str) -> Result<(), SetupError> {
@@ -209,18 +252,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_missing_database_is_read_from_libpqs_message() {
+    fn the_database_to_create_is_the_one_the_url_names() {
+        let named = |raw: &str| {
+            DatabaseUrl::parse(raw)
+                .unwrap()
+                .database()
+                .map(str::to_owned)
+        };
         assert_eq!(
-            missing_database(
-                "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  \
-                 database \"orders\" does not exist\n"
-            ),
+            named("postgres://u@h:5432/orders").as_deref(),
             Some("orders")
         );
         assert_eq!(
-            missing_database("FATAL:  role \"bob\" does not exist"),
-            None
+            named("postgres://u:p@h/orders?sslmode=require").as_deref(),
+            Some("orders")
         );
-        assert_eq!(missing_database("Connection refused"), None);
+        assert_eq!(
+            named("postgres://u@h1:1,h2:2/orders").as_deref(),
+            Some("orders")
+        );
+        assert_eq!(named("postgres://u@h"), None);
+        assert_eq!(named("postgres://u@h/"), None);
+        assert_eq!(named("sqlite://orders.db"), None);
     }
 }

@@ -58,7 +58,46 @@ pub struct PoolOptions {
 }
 
 type SqliteManager = ConnectionManager<SqliteConnection>;
-type PgManager = ConnectionManager<PgConnection>;
+
+/// PostgreSQL connections for r2d2, which also drops a connection on which
+/// the thread that returns it saw the server go away.
+///
+/// diesel calls a `PgConnection` broken only when its transaction state is,
+/// so a connection that lost its server between two transactions would go
+/// back to the pool and fail every request that draws it ("no connection to
+/// the server") until the process restarts. A ping on every checkout would
+/// cost a round trip per request; instead [`classify`] notes a lost
+/// connection on the current thread, and the connection that thread returns
+/// next is dropped (errors are classified before the connection that caused
+/// them goes back: both happen on the blocking thread that ran the query).
+#[derive(Debug)]
+pub struct PgManager(ConnectionManager<PgConnection>);
+
+thread_local! {
+    static CONNECTION_LOST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the PostgreSQL connection this thread holds as lost.
+fn note_connection_lost() {
+    CONNECTION_LOST.set(true);
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgConnection;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<PgConnection, r2d2::Error> {
+        self.0.connect()
+    }
+
+    fn is_valid(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
+        self.0.is_valid(conn)
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        CONNECTION_LOST.replace(false) | self.0.has_broken(conn)
+    }
+}
 
 /// The connection pool of whichever backend `DATABASE_URL` selected.
 #[derive(Clone)]
@@ -224,7 +263,7 @@ impl Pool {
                     .connection_customizer(Box::new(PgSession {
                         lease: options.lease,
                     }))
-                    .build(ConnectionManager::new(url.as_str()))
+                    .build(PgManager(ConnectionManager::new(url.as_str())))
                     .map(Pool::Postgres)
                     .map_err(|e| SetupError::Pool(e.to_string()))
             }
@@ -287,9 +326,10 @@ impl Pool {
     }
 }
 
-fn pool_builder<C>(url: &DatabaseUrl, options: &PoolOptions) -> r2d2::Builder<ConnectionManager<C>>
+fn pool_builder<M>(url: &DatabaseUrl, options: &PoolOptions) -> r2d2::Builder<M>
 where
-    C: diesel::r2d2::R2D2Connection + 'static,
+    M: r2d2::ManageConnection,
+    M::Error: std::fmt::Display,
 {
     r2d2::Pool::builder()
         .error_handler(Box::new(LogConnectError {
@@ -298,8 +338,8 @@ where
         .max_size(options.max_size)
         .min_idle(Some(1))
         .connection_timeout(options.connection_timeout)
-        // A dead connection marks itself broken on its first failed query
-        // (diesel reads libpq's status), so a `SELECT 1` on every checkout
+        // A dead connection is dropped when it goes back after its first
+        // failed query (see `PgManager`), so a `SELECT 1` on every checkout
         // would be a wasted round trip.
         .test_on_check_out(false)
 }

@@ -90,6 +90,19 @@ impl DatabaseUrl {
         &self.target
     }
 
+    /// PostgreSQL: the database the URL names, percent-decoding aside
+    /// (`None` for SQLite, or when the URL names none).
+    pub fn database(&self) -> Option<&str> {
+        if self.backend != Backend::Postgres {
+            return None;
+        }
+        let base = self.target.split('?').next().unwrap_or(&self.target);
+        let authority_start = base.find("://").map_or(0, |i| i + 3);
+        let path = &base[authority_start..];
+        let name = &path[path.find('/')? + 1..];
+        (!name.is_empty()).then_some(name)
+    }
+
     /// The same PostgreSQL server and credentials with another database
     /// (`None` for SQLite).
     pub fn with_database(&self, name: &str) -> Option<Self> {

@@ -90,7 +90,8 @@ fn with_german_server_messages_a_lock_timeout_still_answers_409_in_progress() {
     let app = TestApp::spawn_on(db, |_| {});
     let body = order_body("Widget", 2, "9.99");
 
-    // Another request's claim, as it is while its mutation runs.
+    // A concurrent writer of the same key: its uncommitted entry holds the
+    // row lock that this request's record must wait for.
     let mut holder = PgConnection::establish(app.db.url.as_str()).expect("connect");
     holder
         .batch_execute(
