@@ -400,85 +400,80 @@ const BARE_TABLE_PG: &str = "CREATE TABLE IF NOT EXISTS bare_rows (
     item TEXT NOT NULL, quantity INTEGER NOT NULL, price_cents BIGINT NOT NULL,
     status TEXT NOT NULL, idempotency_key TEXT NOT NULL, created_at TEXT NOT NULL,
     UNIQUE (user_id, idempotency_key))";
-const BARE_INSERT: &str = "INSERT INTO bare_rows \
-    (id, user_id, item, quantity, price_cents, status, idempotency_key, created_at) \
-    VALUES ($1, 'bench', 'Widget', 2, 999, 'pending', $1, $2)";
-const BARE_INSERT_SQLITE: &str = "INSERT INTO bare_rows \
-    (id, user_id, item, quantity, price_cents, status, idempotency_key, created_at) \
-    VALUES (?, 'bench', 'Widget', 2, 999, 'pending', ?, ?)";
 
-#[derive(QueryableByName, serde::Serialize)]
+diesel::table! {
+    bare_rows (seq) {
+        seq -> BigInt,
+        id -> Text,
+        user_id -> Text,
+        item -> Text,
+        quantity -> Integer,
+        price_cents -> BigInt,
+        status -> Text,
+        idempotency_key -> Text,
+        created_at -> Text,
+    }
+}
+
+#[derive(Queryable, serde::Serialize)]
 struct BareRow {
-    #[diesel(sql_type = Text)]
     id: String,
-    #[diesel(sql_type = Text)]
     item: String,
-    #[diesel(sql_type = BigInt)]
     price_cents: i64,
-    #[diesel(sql_type = Text)]
     created_at: String,
 }
 
+/// Both baseline statements are diesel's DSL, so that diesel caches their
+/// prepared statements exactly as it does the service's.
 impl BaselinePool {
     fn insert(&self) -> QueryResult<String> {
+        use bare_rows::dsl as t;
         let id = uuid::Uuid::now_v7().to_string();
         let now = chrono::Utc::now().to_rfc3339();
+        let row = (
+            t::id.eq(&id),
+            t::user_id.eq("bench"),
+            t::item.eq("Widget"),
+            t::quantity.eq(2),
+            t::price_cents.eq(999_i64),
+            t::status.eq("pending"),
+            t::idempotency_key.eq(&id),
+            t::created_at.eq(&now),
+        );
+        let unavailable =
+            |e: diesel::r2d2::PoolError| diesel::result::Error::QueryBuilderError(e.into());
         match self {
             BaselinePool::Sqlite(p) => {
-                let mut c = p
-                    .get()
-                    .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?;
+                let mut c = p.get().map_err(unavailable)?;
                 c.immediate_transaction(|c| {
-                    diesel::sql_query(BARE_INSERT_SQLITE)
-                        .bind::<Text, _>(&id)
-                        .bind::<Text, _>(&id)
-                        .bind::<Text, _>(&now)
-                        .execute(c)
+                    diesel::insert_into(t::bare_rows).values(row).execute(c)
                 })?;
             }
             BaselinePool::Postgres(p) => {
-                let mut c = p
-                    .get()
-                    .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?;
-                c.transaction(|c| {
-                    diesel::sql_query(BARE_INSERT)
-                        .bind::<Text, _>(&id)
-                        .bind::<Text, _>(&now)
-                        .execute(c)
-                })?;
+                let mut c = p.get().map_err(unavailable)?;
+                c.transaction(|c| diesel::insert_into(t::bare_rows).values(row).execute(c))?;
             }
         }
         Ok(id)
     }
 
     fn read(&self, seq: i64) -> QueryResult<Option<BareRow>> {
-        let sql = match self {
-            BaselinePool::Sqlite(_) => {
-                "SELECT id, item, price_cents, created_at FROM bare_rows WHERE seq = ?"
-            }
-            BaselinePool::Postgres(_) => {
-                "SELECT id, item, price_cents, created_at FROM bare_rows WHERE seq = $1"
-            }
-        };
+        use bare_rows::dsl as t;
+        let query = t::bare_rows.filter(t::seq.eq(seq)).select((
+            t::id,
+            t::item,
+            t::price_cents,
+            t::created_at,
+        ));
+        let unavailable =
+            |e: diesel::r2d2::PoolError| diesel::result::Error::QueryBuilderError(e.into());
         match self {
-            BaselinePool::Sqlite(p) => {
-                let mut c = p
-                    .get()
-                    .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?;
-                diesel::sql_query(sql)
-                    .bind::<BigInt, _>(seq)
-                    .get_result(&mut c)
-                    .optional()
-            }
-            BaselinePool::Postgres(p) => {
-                let mut c = p
-                    .get()
-                    .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))?;
-                diesel::sql_query(sql)
-                    .bind::<BigInt, _>(seq)
-                    .get_result(&mut c)
-                    .optional()
-            }
+            BaselinePool::Sqlite(p) => query
+                .get_result(&mut p.get().map_err(unavailable)?)
+                .optional(),
+            BaselinePool::Postgres(p) => query
+                .get_result(&mut p.get().map_err(unavailable)?)
+                .optional(),
         }
     }
 }
@@ -805,10 +800,8 @@ fn ledger_expired(pool: &Pool) -> i64 {
 fn pgbench(config: &Config, url: &str) -> f64 {
     let mut conn = PgConnection::establish(url).expect("connect for pgbench");
     conn.batch_execute(
-        "CREATE TABLE IF NOT EXISTS pgbench_orders (LIKE orders INCLUDING ALL);
-         ALTER TABLE pgbench_orders ALTER COLUMN seq DROP DEFAULT;
-         CREATE SEQUENCE IF NOT EXISTS pgbench_orders_seq OWNED BY pgbench_orders.seq;
-         ALTER TABLE pgbench_orders ALTER COLUMN seq SET DEFAULT nextval('pgbench_orders_seq');",
+        // INCLUDING ALL copies the identity of `seq` with a sequence of its own.
+        "CREATE TABLE IF NOT EXISTS pgbench_orders (LIKE orders INCLUDING ALL);",
     )
     .expect("pgbench table");
     let script = config.dir.join("pgbench.sql");
