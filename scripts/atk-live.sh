@@ -11,6 +11,7 @@
 #   CARGO_TARGET_DIR   where the debug binary is built (default target/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/serve.sh
 
 target=${CARGO_TARGET_DIR:-target}
 binary=$target/debug/orders-api
@@ -53,20 +54,7 @@ attack() {
   token_a=$(DATABASE_URL=$url "$binary" keys create atk-user-a)
   token_b=$(DATABASE_URL=$url "$binary" keys create atk-user-b)
 
-  # Port 0: the server picks a free port and logs it.
-  DATABASE_URL=$url "$binary" serve --bind 127.0.0.1:0 >"$log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 1 300); do
-    address=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$log" | head -n1 | sed 's/^listening on //' || true)
-    [ -n "$address" ] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$address" ]; then
-    echo "orders-api did not start ($name):" >&2
-    cat "$log" >&2
-    return 1
-  fi
+  DATABASE_URL=$url serve_on_free_port "$binary" "$log" || return 1
 
   echo "== orders-api atk against $address ($name)"
   ORDERS_API_TOKEN=$token_a ORDERS_API_TOKEN_B=$token_b \

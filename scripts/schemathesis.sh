@@ -18,6 +18,7 @@
 #   CARGO_TARGET_DIR           where the debug binary is built (default target/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/serve.sh
 
 version=4.32.5
 venv=${SCHEMATHESIS_VENV:-/var/tmp/orders-api-schemathesis-venv}
@@ -54,21 +55,7 @@ trap cleanup EXIT
 export DATABASE_URL="sqlite://$work/orders.db"
 token=$("$binary" keys create schemathesis)
 
-# Port 0: the server picks a free port and logs it.
-"$binary" serve --bind 127.0.0.1:0 >"$work/server.log" 2>&1 &
-server_pid=$!
-address=
-for _ in $(seq 1 300); do
-  address=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$work/server.log" | head -n1 | sed 's/^listening on //' || true)
-  [ -n "$address" ] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$address" ]; then
-  echo "orders-api did not start:" >&2
-  cat "$work/server.log" >&2
-  exit 1
-fi
+serve_on_free_port "$binary" "$work/server.log" || exit 1
 
 echo "== schemathesis $version against $address (max $max_examples examples per operation, seed $seed)"
 status=0
