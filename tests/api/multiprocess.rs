@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use orders_api::db::Backend;
 
+use crate::both_backends;
 use crate::helpers::*;
 use crate::process::{
     Client, HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
@@ -18,58 +19,84 @@ use crate::race::assert_ran_once;
 const THREADS: usize = 40;
 const ROUNDS: usize = 4;
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn concurrent_requests_with_one_key_sent_to_two_processes_create_exactly_one_order() {
-    if !postgres_available() {
-        return;
-    }
-    let db = TestDb::fresh(Backend::Postgres);
-    let pool = prepare(&db.url);
-    let token = create_token(&pool, "alice");
-    let servers = [
-        ServerProcess::start(&db.url, &[]),
-        ServerProcess::start(&db.url, &[]),
-    ];
-    let body = order_body("Widget", 3, "4.50");
+both_backends! {
+    /// On SQLite the two processes' writers take turns on the file's lock
+    /// (`BEGIN IMMEDIATE` per batch); on PostgreSQL the key's advisory lock
+    /// serialises them.
+    fn concurrent_requests_with_one_key_sent_to_two_processes_create_exactly_one_order(backend) {
+        let db = TestDb::fresh(backend);
+        let pool = prepare(&db.url);
+        let token = create_token(&pool, "alice");
+        let servers = [
+            ServerProcess::start(&db.url, &[]),
+            ServerProcess::start(&db.url, &[]),
+        ];
+        let body = order_body("Widget", 3, "4.50");
 
-    for round in 0..ROUNDS {
-        let key = format!("two-processes-{round}");
-        let barrier = Barrier::new(THREADS);
-        let responses: Vec<TestResponse> = std::thread::scope(|s| {
-            let threads: Vec<_> = (0..THREADS)
-                .map(|i| {
-                    let client =
-                        Client::new(&servers[i % 2].address(), &token, Duration::from_secs(30));
-                    let (barrier, key, body) = (&barrier, &key, &body);
-                    s.spawn(move || {
-                        barrier.wait();
-                        client
-                            .post_order(key, body)
-                            .unwrap_or_else(|e| panic!("process {} did not answer: {e}", i % 2))
+        for round in 0..ROUNDS {
+            let key = format!("two-processes-{round}");
+            let barrier = Barrier::new(THREADS);
+            let responses: Vec<TestResponse> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..THREADS)
+                    .map(|i| {
+                        let client =
+                            Client::new(&servers[i % 2].address(), &token, Duration::from_secs(30));
+                        let (barrier, key, body) = (&barrier, &key, &body);
+                        s.spawn(move || {
+                            barrier.wait();
+                            client
+                                .post_order(key, body)
+                                .unwrap_or_else(|e| panic!("process {} did not answer: {e}", i % 2))
+                        })
                     })
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|t| t.join().expect("client thread"))
-                .collect()
-        });
+                    .collect();
+                threads
+                    .into_iter()
+                    .map(|t| t.join().expect("client thread"))
+                    .collect()
+            });
 
-        let created = assert_ran_once(&responses, 201);
-        assert_eq!(responses.iter().filter(|r| r.status == 201).count(), 1);
-        let id = created.json()["id"].as_str().expect("order id").to_owned();
-        assert_eq!(order_id_for_key(&pool, "alice", &key), Some(id));
-        assert_eq!(
-            order_count(&pool),
-            round as i64 + 1,
-            "round {round} created more than one order"
-        );
+            let created = assert_ran_once(&responses, 201);
+            assert_eq!(responses.iter().filter(|r| r.status == 201).count(), 1);
+            let id = created.json()["id"].as_str().expect("order id").to_owned();
+            assert_eq!(order_id_for_key(&pool, "alice", &key), Some(id));
+            assert_eq!(
+                order_count(&pool),
+                round as i64 + 1,
+                "round {round} created more than one order"
+            );
+        }
+        assert_eq!(ledger_count(&pool), ROUNDS as i64);
     }
-    assert_eq!(ledger_count(&pool), ROUNDS as i64);
+
+    fn requests_with_distinct_keys_sent_to_two_processes_are_all_stored_once(backend) {
+        let db = TestDb::fresh(backend);
+        let pool = prepare(&db.url);
+        let token = create_token(&pool, "alice");
+        let servers = [
+            ServerProcess::start(&db.url, &[]),
+            ServerProcess::start(&db.url, &[]),
+        ];
+        let barrier = Barrier::new(THREADS);
+        let per_thread = 5;
+        std::thread::scope(|s| {
+            for i in 0..THREADS {
+                let client = Client::new(&servers[i % 2].address(), &token, Duration::from_secs(30));
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    for n in 0..per_thread {
+                        let r = client
+                            .post_order(&format!("distinct-{i}-{n}"), &order_body("Widget", 1, "1"))
+                            .unwrap_or_else(|e| panic!("process {} did not answer: {e}", i % 2));
+                        assert_eq!(r.status, 201, "{}", r.body);
+                    }
+                });
+            }
+        });
+        let expected = (THREADS * per_thread) as i64;
+        assert_eq!((order_count(&pool), ledger_count(&pool)), (expected, expected));
+    }
 }
 
 /// SPEC §4: "a claim whose holder died (process killed mid-request) blocks
