@@ -222,12 +222,14 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
         &scripts.bare_read,
         &[],
     );
+    let before = order_total(&pool);
     wrk(
         "POST /v1/orders create",
         all_bases.clone(),
         &scripts.create,
         &[],
     );
+    let stored = order_total(&pool) - before;
     wrk(
         "POST /v1/orders replay",
         all_bases.clone(),
@@ -238,7 +240,7 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
         "GET /v1/orders/{id}",
         all_bases.clone(),
         &scripts.get,
-        &[&order_path],
+        &[&replay_key, &order_path],
     );
     wrk(
         "mixed 70/20/10",
@@ -246,6 +248,7 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
         &scripts.mixed,
         &[&replay_key, &order_path],
     );
+    report.check_creates("POST /v1/orders create", stored);
     report.peak_rss_kb = servers.iter().map(Server::peak_rss_kb).max();
     drop(servers);
 
@@ -253,6 +256,7 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
     add_expired_backlog(&pool, PURGE_BACKLOG);
     let purging = Server::start(config, target, &[("PURGE_INTERVAL_SECS", "1")]);
     std::thread::sleep(Duration::from_millis(1_500)); // the first purge round starts
+    let before = order_total(&pool);
     let result = wrk_all(
         config,
         std::slice::from_ref(&purging.base),
@@ -260,6 +264,10 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
         &[],
     );
     report.add("create while purging 1M expired", result);
+    report.check_creates(
+        "create while purging 1M expired",
+        order_total(&pool) - before,
+    );
     report.purge_left = Some(ledger_expired(&pool));
     drop(purging);
 
@@ -591,26 +599,31 @@ impl Scripts {
             r#"local token = "{token}"
 local body = "{body}"
 local counter = 0
-local thread_id = 0
-local run = "{run}"
 local threads = 0
+-- args: an id unique to this wrk invocation, then the replayed key and the
+-- read path. `thread_id` is a global that setup() gives each thread's own
+-- state (a `local` of that name would hide it, and every thread would send
+-- the same keys).
+local invocation, key, path = "", nil, nil
 function setup(thread)
   threads = threads + 1
   thread:set("thread_id", threads)
+end
+function init(args)
+  invocation, key, path = args[1], args[2], args[3]
 end
 local function auth(h) h["Authorization"] = "Bearer " .. token return h end
 local function create()
   counter = counter + 1
   return wrk.format("POST", "/v1/orders", auth({{["Content-Type"] = "application/json",
-    ["Idempotency-Key"] = run .. "-" .. thread_id .. "-" .. counter}}), body)
+    ["Idempotency-Key"] = invocation .. "-" .. thread_id .. "-" .. counter}}), body)
 end
-local function replay(key)
+local function replay(k)
   return wrk.format("POST", "/v1/orders", auth({{["Content-Type"] = "application/json",
-    ["Idempotency-Key"] = key}}), body)
+    ["Idempotency-Key"] = k}}), body)
 end
-local function read(path) return wrk.format("GET", path, auth({{}})) end
+local function read(p) return wrk.format("GET", p, auth({{}})) end
 "#,
-            run = uuid::Uuid::new_v4().simple()
         );
         let file = |name: &str, body: &str| -> PathBuf {
             let path = dir.join(format!("{name}.lua"));
@@ -631,18 +644,11 @@ local function read(path) return wrk.format("GET", path, auth({{}})) end
                 "request = function() return wrk.format(\"GET\", \"/bare/1\") end\n",
             ),
             create: file("create", "request = create\n"),
-            replay: file(
-                "replay",
-                "local key = nil\ninit = function(args) key = args[1] end\nrequest = function() return replay(key) end\n",
-            ),
-            get: file(
-                "get",
-                "local path = nil\ninit = function(args) path = args[1] end\nrequest = function() return read(path) end\n",
-            ),
+            replay: file("replay", "request = function() return replay(key) end\n"),
+            get: file("get", "request = function() return read(path) end\n"),
             mixed: file(
                 "mixed",
-                "local key, path = nil, nil\ninit = function(args) key = args[1] path = args[2] end\n\
-                 request = function()\n  local r = math.random(10)\n  if r <= 7 then return create()\n  \
+                "request = function()\n  local r = math.random(10)\n  if r <= 7 then return create()\n  \
                  elseif r <= 9 then return replay(key)\n  else return read(path) end\nend\n",
             ),
         }
@@ -651,6 +657,8 @@ local function read(path) return wrk.format("GET", path, auth({{}})) end
 
 #[derive(Debug, Clone, Default)]
 struct WrkResult {
+    /// Responses received (warm-up included, for the stored-orders check).
+    requests: u64,
     requests_per_sec: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -663,10 +671,25 @@ struct WrkResult {
 /// WAL file grows to its working size, caches fill), then the measurement.
 fn wrk_all(config: &Config, bases: &[String], script: &Path, args: &[&str]) -> WrkResult {
     let warmup: u64 = env_or("BENCH_WARMUP_SECONDS", 2);
-    if warmup > 0 {
-        wrk_once(config, bases, script, args, warmup);
-    }
-    wrk_once(config, bases, script, args, config.seconds)
+    let warm = if warmup > 0 {
+        wrk_once(config, bases, script, args, warmup).requests
+    } else {
+        0
+    };
+    let mut measured = wrk_once(config, bases, script, args, config.seconds);
+    measured.requests += warm;
+    measured
+}
+
+/// A prefix no other wrk invocation of this run uses, for its keys.
+fn invocation_id() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!(
+        "{}-{}-{n}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 fn wrk_once(
@@ -695,6 +718,7 @@ fn wrk_once(
                 .arg(script)
                 .arg(base)
                 .arg("--")
+                .arg(invocation_id())
                 .args(args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
@@ -706,6 +730,7 @@ fn wrk_once(
     for child in children {
         let output = child.wait_with_output().expect("wrk");
         let one = parse_wrk(&String::from_utf8_lossy(&output.stdout));
+        total.requests += one.requests;
         total.requests_per_sec += one.requests_per_sec;
         total.p50_ms = total.p50_ms.max(one.p50_ms);
         total.p99_ms = total.p99_ms.max(one.p99_ms);
@@ -720,6 +745,7 @@ fn parse_wrk(out: &str) -> WrkResult {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
             (Some("Requests/sec:"), Some(v)) => result.requests_per_sec = v.parse().unwrap_or(0.0),
+            (Some(n), Some("requests")) => result.requests = n.parse().unwrap_or(0),
             (Some("50%"), Some(v)) => result.p50_ms = duration_ms(v),
             (Some("99%"), Some(v)) => result.p99_ms = duration_ms(v),
             (Some("Non-2xx"), _) => {
@@ -780,6 +806,22 @@ fn add_expired_backlog(pool: &Pool, count: i64) {
     }
 }
 
+/// Orders in the database: after a create case, one more per create.
+fn order_total(pool: &Pool) -> i64 {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let sql = "SELECT count(*) AS n FROM orders";
+    let mut pooled = pool.get().expect("connection");
+    let counted: QueryResult<Count> = match pooled.conn() {
+        db::Conn::Sqlite(c) => diesel::sql_query(sql).get_result(c),
+        db::Conn::Postgres(c) => diesel::sql_query(sql).get_result(c),
+    };
+    counted.map(|c| c.n).expect("count orders")
+}
+
 fn ledger_expired(pool: &Pool) -> i64 {
     let mut pooled = pool.get().expect("connection");
     let sql = "SELECT count(*) AS n FROM idempotency_ledger WHERE user_id = 'bench'";
@@ -835,6 +877,8 @@ fn pgbench(config: &Config, url: &str) -> f64 {
 #[derive(Default)]
 struct Report {
     durability: String,
+    /// Creates answered against orders stored, per create case.
+    checks: Vec<String>,
     rows: Vec<(String, WrkResult)>,
     peak_rss_kb: Option<u64>,
     purge_left: Option<i64>,
@@ -848,6 +892,22 @@ impl Report {
             result.requests_per_sec, result.p99_ms, result.errors
         );
         self.rows.push((name.to_owned(), result));
+    }
+
+    /// Every answered create must have made exactly one order (wrk drops
+    /// the requests still in flight when it stops, which may still commit:
+    /// up to one per connection per wrk run).
+    fn check_creates(&mut self, name: &str, stored: i64) {
+        let answered = self.get(name).requests as i64;
+        let in_flight = 2 * 32_i64;
+        let verdict = if stored >= answered && stored - answered <= in_flight {
+            "every answered create made one order"
+        } else {
+            "MISMATCH: a create was lost or two shared a key"
+        };
+        self.checks.push(format!(
+            "  {name}: {answered} answered, {stored} orders stored: {verdict}"
+        ));
     }
 
     fn get(&self, name: &str) -> WrkResult {
@@ -880,6 +940,10 @@ impl Report {
         }
         if let Some(tps) = self.pgbench {
             let _ = writeln!(out, "| pgbench one-row insert | {tps:.0} | | | |");
+        }
+        let _ = writeln!(out, "\ncreates (warm-up included):");
+        for check in &self.checks {
+            let _ = writeln!(out, "{check}");
         }
         let create = self.get("POST /v1/orders create");
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
