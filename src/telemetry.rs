@@ -208,9 +208,10 @@ pub async fn observe(
         Err(e) => e.as_response_error().status_code(),
     };
     let elapsed = started.elapsed();
-    metrics::counter!(REQUESTS, "method" => method_label, "route" => route.clone(), "status" => status.as_u16().to_string())
+    let status_label = status.as_u16().to_string();
+    metrics::counter!(REQUESTS, "method" => method_label, "route" => route.clone(), "status" => status_label.clone())
         .increment(1);
-    metrics::histogram!(REQUEST_DURATION, "method" => method_label, "route" => route, "status" => status.as_u16().to_string())
+    metrics::histogram!(REQUEST_DURATION, "method" => method_label, "route" => route, "status" => status_label)
         .record(elapsed.as_secs_f64());
     span.in_scope(|| {
         tracing::info!(

@@ -218,11 +218,16 @@ pub fn revoke(conn: &mut Conn<'_>, key: &KeyRef) -> QueryResult<Revocation> {
 
 /// The user a live token belongs to.
 pub fn authenticate(conn: &mut Conn<'_>, token: &str) -> QueryResult<Option<String>> {
-    let hash = hash_token(token);
+    user_of_hash(conn, &hash_token(token))
+}
+
+/// The user of a live token, given its [`hash_token`] (for a caller that
+/// hashed it already).
+pub fn user_of_hash(conn: &mut Conn<'_>, hash: &str) -> QueryResult<Option<String>> {
     dispatch!(conn, c, s => {
         use s::api_keys::dsl as k;
         k::api_keys
-            .filter(k::token_hash.eq(&hash).and(k::revoked_at.is_null()))
+            .filter(k::token_hash.eq(hash).and(k::revoked_at.is_null()))
             .select(k::user_id)
             .get_result::<String>(c)
             .optional()

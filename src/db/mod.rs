@@ -82,6 +82,17 @@ fn note_connection_lost() {
     CONNECTION_LOST.set(true);
 }
 
+/// A connection from the pool, with this thread's lost-connection flag
+/// cleared: it speaks of this connection only (a failure classified after an
+/// earlier connection went back must not drop this one).
+fn checked_out(
+    pool: &r2d2::Pool<PgManager>,
+) -> Result<PooledConnection<PgManager>, r2d2::PoolError> {
+    let conn = pool.get()?;
+    CONNECTION_LOST.set(false);
+    Ok(conn)
+}
+
 impl r2d2::ManageConnection for PgManager {
     type Connection = PgConnection;
     type Error = r2d2::Error;
@@ -283,7 +294,7 @@ impl Pool {
     pub fn get(&self) -> Result<PooledConn, Unavailable> {
         match self {
             Pool::Sqlite(p) => p.readers.get().map(PooledConn::Sqlite),
-            Pool::Postgres(p) => p.get().map(PooledConn::Postgres),
+            Pool::Postgres(p) => checked_out(p).map(PooledConn::Postgres),
         }
         .map_err(|e| Unavailable(e.to_string()))
     }
@@ -317,9 +328,8 @@ impl Pool {
         match self {
             Pool::Sqlite(p) => p.writer.get()?.run(work),
             Pool::Postgres(p) => {
-                let mut conn = p
-                    .get()
-                    .map_err(|e| WriteError::Unavailable(e.to_string()))?;
+                let mut conn =
+                    checked_out(p).map_err(|e| WriteError::Unavailable(e.to_string()))?;
                 Ok(conn.transaction(|c| work(&mut Conn::Postgres(c))))
             }
         }

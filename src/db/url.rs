@@ -96,10 +96,7 @@ impl DatabaseUrl {
         if self.backend != Backend::Postgres {
             return None;
         }
-        let base = self.target.split('?').next().unwrap_or(&self.target);
-        let authority_start = base.find("://").map_or(0, |i| i + 3);
-        let path = &base[authority_start..];
-        let name = &path[path.find('/')? + 1..];
+        let (_, name, _) = split_database(&self.target);
         (!name.is_empty()).then_some(name)
     }
 
@@ -109,19 +106,9 @@ impl DatabaseUrl {
         if self.backend != Backend::Postgres {
             return None;
         }
-        let replace = |url: &str| {
-            let (base, query) = match url.split_once('?') {
-                Some((b, q)) => (b, Some(q)),
-                None => (url, None),
-            };
-            let authority_start = base.find("://").map_or(0, |i| i + 3);
-            let path_start = base[authority_start..]
-                .find('/')
-                .map_or(base.len(), |i| authority_start + i);
-            match query {
-                Some(q) => format!("{}/{name}?{q}", &base[..path_start]),
-                None => format!("{}/{name}", &base[..path_start]),
-            }
+        let replace = |url: &str| match split_database(url) {
+            (server, _, Some(query)) => format!("{server}/{name}?{query}"),
+            (server, _, None) => format!("{server}/{name}"),
         };
         Some(Self {
             backend: Backend::Postgres,
@@ -129,6 +116,22 @@ impl DatabaseUrl {
             shown: replace(&self.shown),
         })
     }
+}
+
+/// A PostgreSQL URL cut around its database name: what comes before the
+/// `/` that starts the path (scheme, credentials, hosts), the name (empty
+/// when there is none), and the query string.
+fn split_database(url: &str) -> (&str, &str, Option<&str>) {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let name = base.get(path_start + 1..).unwrap_or("");
+    (&base[..path_start], name, query)
 }
 
 impl fmt::Display for DatabaseUrl {

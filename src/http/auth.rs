@@ -45,7 +45,7 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     }
     let user = web::block(move || -> Result<Option<String>, ApiError> {
         let mut pooled = state.pool.get()?;
-        let user = auth::authenticate(&mut pooled.conn(), &token)?;
+        let user = auth::user_of_hash(&mut pooled.conn(), &hash)?;
         if let Some(user) = &user {
             state.tokens.insert(&hash, user);
         }

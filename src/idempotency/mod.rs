@@ -56,26 +56,19 @@ pub struct RecordedResponse {
 }
 
 impl RecordedResponse {
-    /// Keeps only the allow-listed headers.
-    fn recordable(&self) -> Self {
-        Self {
-            status: self.status,
-            headers: self
-                .headers
-                .iter()
-                .filter(|(name, _)| {
-                    RECORDED_HEADERS
-                        .iter()
-                        .any(|h| h.eq_ignore_ascii_case(name))
-                })
-                .cloned()
-                .collect(),
-            body: self.body.clone(),
-        }
-    }
-
-    fn headers_json(&self) -> String {
-        serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned())
+    /// The allow-listed headers as the ledger stores them (JSON pairs); the
+    /// others are never recorded.
+    fn recorded_headers_json(&self) -> String {
+        let recorded: Vec<&(String, String)> = self
+            .headers
+            .iter()
+            .filter(|(name, _)| {
+                RECORDED_HEADERS
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(name))
+            })
+            .collect();
+        serde_json::to_string(&recorded).unwrap_or_else(|_| "[]".to_owned())
     }
 
     fn from_stored(status: i32, headers: &str, body: Vec<u8>) -> Option<Self> {
@@ -264,7 +257,7 @@ impl Ledger {
                         key: &key,
                         user_id: &user,
                         fingerprint: &fingerprint,
-                        response: &response.recordable(),
+                        response: &response,
                         created_at: now,
                         expires_at,
                     };

@@ -100,7 +100,7 @@ pub struct NewEntry<'a> {
 /// has an entry. On PostgreSQL a concurrent, uncommitted entry for the same
 /// key makes this wait (at most `lock_timeout`) for that transaction to end.
 pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
-    let headers = entry.response.headers_json();
+    let headers = entry.response.recorded_headers_json();
     let status = i32::from(entry.response.status);
     let inserted = dispatch!(conn, c, s => {
         use s::idempotency_ledger::dsl as l;

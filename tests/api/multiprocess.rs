@@ -19,18 +19,25 @@ use crate::race::assert_ran_once;
 const THREADS: usize = 40;
 const ROUNDS: usize = 4;
 
+/// A fresh database, the test's own pool on it, a token of `alice`'s, and
+/// two server processes serving it.
+fn two_processes(backend: Backend) -> (TestDb, orders_api::db::Pool, String, [ServerProcess; 2]) {
+    let db = TestDb::fresh(backend);
+    let pool = prepare(&db.url);
+    let token = create_token(&pool, "alice");
+    let servers = [
+        ServerProcess::start(&db.url, &[]),
+        ServerProcess::start(&db.url, &[]),
+    ];
+    (db, pool, token, servers)
+}
+
 both_backends! {
     /// On SQLite the two processes' writers take turns on the file's lock
     /// (`BEGIN IMMEDIATE` per batch); on PostgreSQL the key's advisory lock
     /// serialises them.
     fn concurrent_requests_with_one_key_sent_to_two_processes_create_exactly_one_order(backend) {
-        let db = TestDb::fresh(backend);
-        let pool = prepare(&db.url);
-        let token = create_token(&pool, "alice");
-        let servers = [
-            ServerProcess::start(&db.url, &[]),
-            ServerProcess::start(&db.url, &[]),
-        ];
+        let (_db, pool, token, servers) = two_processes(backend);
         let body = order_body("Widget", 3, "4.50");
 
         for round in 0..ROUNDS {
@@ -70,13 +77,7 @@ both_backends! {
     }
 
     fn requests_with_distinct_keys_sent_to_two_processes_are_all_stored_once(backend) {
-        let db = TestDb::fresh(backend);
-        let pool = prepare(&db.url);
-        let token = create_token(&pool, "alice");
-        let servers = [
-            ServerProcess::start(&db.url, &[]),
-            ServerProcess::start(&db.url, &[]),
-        ];
+        let (_db, pool, token, servers) = two_processes(backend);
         let barrier = Barrier::new(THREADS);
         let per_thread = 5;
         std::thread::scope(|s| {
