@@ -1,5 +1,5 @@
 //! Creating one order safely over an unreliable network, with the client
-//! library (`orders_api::client`), in a few lines:
+//! library (`orders_client`), in a few lines:
 //!
 //! 1. the operation is stored in the outbox, with a fresh `Idempotency-Key`,
 //!    and fsynced, before anything is sent;
@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use orders_api::client::command::default_outbox;
-use orders_api::client::{NewOperation, Outbox, Sender, Server, State};
+use orders_client::command::default_outbox;
+use orders_client::{NewOperation, Outbox, Sender, Server, State};
 
 fn run(item: &str, quantity: &str, price: &str) -> Result<String, String> {
     let number = |text: &str| {

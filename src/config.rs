@@ -1,115 +1,17 @@
-//! Command line and settings. Every setting is a flag and an environment
-//! variable; a flag wins.
-//!
-//! Each command declares the settings it uses, so its `--help` shows only
-//! those: the server's on `serve` (and on the bare `orders-api`, which
-//! serves), the database's on every command that opens the database. A new
-//! command is one [`Command`] variant with its own `Args` struct, and one
-//! match arm in [`crate::cli`].
+//! The server's settings. Every setting is a flag and an environment
+//! variable; a flag wins. The commands that take them are in [`crate::cli`].
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 
 use crate::db::{DatabaseUrl, PoolOptions};
 use crate::idempotency::Ledger;
 
 /// `DATABASE_URL`'s default: a file in the current folder.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
-const DEFAULT_LEASE_SECS: u64 = 30;
-const DEFAULT_DB_TIMEOUT_SECS: u64 = 3;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "orders-api",
-    version,
-    about = "An orders REST API in which every mutation is safe to retry",
-    long_about = "An orders REST API in which every mutation is safe to retry.\n\n\
-                  Without a command it serves, exactly as `orders-api serve`: the server's \
-                  settings below belong to it. Other commands take their settings after \
-                  their name: `orders-api keys list --database-url …`.",
-    args_conflicts_with_subcommands = true
-)]
-pub struct Cli {
-    /// The settings of the bare `orders-api`, which serves.
-    #[command(flatten)]
-    pub settings: Settings,
-    #[command(subcommand)]
-    pub command: Option<Command>,
-}
-
-#[derive(Debug, Clone, Subcommand)]
-pub enum Command {
-    /// Apply pending migrations, then serve HTTP until SIGINT/SIGTERM (the default).
-    Serve(Settings),
-    /// Apply pending migrations and exit.
-    Migrate(DatabaseArgs),
-    /// Manage API keys.
-    Keys(KeysArgs),
-    /// Delete expired idempotency-ledger entries once and print how many.
-    Purge(DatabaseArgs),
-    /// The offline-first client: queue operations, send them with stored keys.
-    Client(crate::client::command::ClientArgs),
-    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report pass/fail/skip.
-    Atk(crate::atk::AtkArgs),
-}
-
-impl Cli {
-    /// What to run: the bare `orders-api` serves.
-    pub fn into_command(self) -> Command {
-        self.command.unwrap_or(Command::Serve(self.settings))
-    }
-}
-
-/// The database a one-shot command opens.
-#[derive(Debug, Clone, Args)]
-pub struct DatabaseArgs {
-    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true,
-          value_parser = DatabaseUrl::parse)]
-    pub database_url: DatabaseUrl,
-}
-
-impl DatabaseArgs {
-    /// One connection, opened before the command starts, with the server's
-    /// default timeouts: no pool thread is still connecting when it exits.
-    pub fn one_connection(&self) -> PoolOptions {
-        PoolOptions {
-            max_size: 1,
-            connection_timeout: Duration::from_secs(DEFAULT_DB_TIMEOUT_SECS),
-            lease: Duration::from_secs(DEFAULT_LEASE_SECS),
-            write_queue: crate::db::writer::DEFAULT_QUEUE_CAPACITY,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct KeysArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    #[command(subcommand)]
-    pub command: KeysCommand,
-}
-
-#[derive(Debug, Clone, Subcommand)]
-pub enum KeysCommand {
-    /// Create an API key for USER_ID; prints only the token.
-    Create {
-        /// The user the key acts for: 1 to 100 printable ASCII characters,
-        /// without leading or trailing spaces.
-        #[arg(value_name = "USER_ID")]
-        user_id: String,
-    },
-    /// List keys: id, user, token prefix, created, revoked (never the token).
-    List,
-    /// Revoke a key, given its id or its prefix as `keys list` shows them, or its whole token.
-    Revoke {
-        /// The key's id (`7`), its prefix (`oa_1a2b3c4d`, as `keys list` shows it) or its
-        /// whole token.
-        #[arg(value_name = "TOKEN_OR_ID")]
-        token_or_id: String,
-    },
-}
+pub(crate) const DEFAULT_LEASE_SECS: u64 = 30;
+pub(crate) const DEFAULT_DB_TIMEOUT_SECS: u64 = 3;
 
 /// The server's settings (`serve`, and the bare `orders-api`).
 #[derive(Debug, Clone, Args)]
@@ -278,9 +180,10 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::*;
+    use crate::cli::{Cli, Command, KeysCommand};
 
     fn parse(args: &[&str]) -> Result<Command, clap::Error> {
         Cli::try_parse_from(std::iter::once("orders-api").chain(args.iter().copied()))

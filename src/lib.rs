@@ -4,14 +4,17 @@
 //! - [`orders`]: the orders domain;
 //! - [`http`]: routes, authentication, bodies, errors;
 //! - [`db`]: backends, pool, migrations; [`auth`]: API keys;
-//! - [`client`]: the offline-first client (an outbox drained with stored keys);
-//! - [`config`], [`cli`], [`startup`], [`telemetry`]: the process around them;
-//! - [`atk`]: the attack scenarios, run against any deployment (`orders-api atk`).
+//! - [`cli`] (the commands and their arguments), [`commands`] (what each
+//!   does), [`config`] (the server's settings), [`startup`], [`telemetry`]:
+//!   the process around them.
+//!
+//! The offline-first client (`orders-api client`) and the attack runner
+//! (`orders-api atk`) are crates of their own, `orders_client` and
+//! `orders_atk` (under `crates/`): they share no code with the server.
 
-pub mod atk;
 pub mod auth;
 pub mod cli;
-pub mod client;
+pub mod commands;
 pub mod config;
 pub mod db;
 pub mod http;

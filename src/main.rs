@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use orders_api::{cli, config::Cli, telemetry};
+use orders_api::{cli::Cli, commands, telemetry};
 
 fn main() -> ExitCode {
     let args = match Cli::try_parse() {
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     telemetry::init_logging();
-    match cli::run(args) {
+    match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("orders-api: {e}");

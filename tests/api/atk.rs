@@ -1,10 +1,10 @@
 //! One test per attack scenario of SPEC §5 and per extra the `atk` command
-//! judges: each runs the command's own definition (`orders_api::atk`)
+//! judges: each runs the command's own definition (`orders_atk`)
 //! against the spawned server, so CI and `orders-api atk` cannot drift
 //! apart, then checks in the database what HTTP cannot see.
 
-use orders_api::atk::probe::Answer;
-use orders_api::atk::{self, CheckReport, Target};
+use orders_atk::probe::Answer;
+use orders_atk::{self as atk, CheckReport, Target};
 use serde_json::Value;
 
 use crate::both_backends;

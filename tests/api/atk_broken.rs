@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use orders_api::atk::{self, Outcome};
 use orders_api::db::Backend;
+use orders_atk::{self as atk, Outcome};
 use serde_json::Value;
 
 use crate::atk::target_of;

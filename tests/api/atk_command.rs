@@ -3,8 +3,8 @@
 
 use std::process::{Command, Output};
 
-use orders_api::atk::ATTACKS;
 use orders_api::db::Backend;
+use orders_atk::ATTACKS;
 
 use crate::atk_broken::{Breakage, BrokenFront};
 use crate::both_backends;

@@ -1,11 +1,11 @@
 //! The command line of SPEC §2, run as the real binary.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::process::ServerProcess;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orders-api");
 
@@ -99,51 +99,14 @@ fn is_token(s: &str) -> bool {
     s.len() == 67 && s.starts_with("oa_") && s[3..].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Starts `serve` on a free port and returns what it printed on stderr up to
-/// the line that says it listens, then stops it.
+/// Starts `serve` on a free port and returns what it printed on stderr once
+/// it answered, then stops it.
 fn serve_once(db: &TestDb) -> String {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .env("DATABASE_URL", db.url.as_str())
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = String::new();
-    while Instant::now() < deadline {
-        // Once it listens, whatever follows comes at once: stop after a quiet moment.
-        let wait = if seen.contains("listening on") {
-            700
-        } else {
-            200
-        };
-        match rx.recv_timeout(Duration::from_millis(wait)) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if seen.contains("listening on") => {
-                break;
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    seen
+    let server =
+        ServerProcess::start_with_env(&db.url, &[], &[("RUST_LOG", "info"), ("NO_COLOR", "1")]);
+    // It prints the token and "listening on" before it serves; both are in
+    // the log once /healthz answered.
+    server.log_text()
 }
 
 both_backends! {

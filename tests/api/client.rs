@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use orders_api::client::{NewOperation, Outbox, State, Target};
 use orders_api::db::{Backend, Pool};
+use orders_client::{NewOperation, Outbox, State, Target};
 use serde_json::{Value, json};
 
 use crate::both_backends;

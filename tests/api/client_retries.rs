@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use orders_api::client::{NewOperation, Outbox, SendError, Sender, Server, State};
+use orders_client::{NewOperation, Outbox, SendError, Sender, Server, State};
 use serde_json::json;
 
 use crate::both_backends;

@@ -356,29 +356,21 @@ pub fn send(
     crate::process::try_send(agent, method, url, headers, body).expect("the server answered")
 }
 
-/// A response, read whole.
+/// A response, read whole: the runner's [`orders_atk::wire::Response`]
+/// (status, headers, body), with the suite's asserting readers.
 #[derive(Debug, Clone)]
-pub struct TestResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
+pub struct TestResponse(pub orders_atk::wire::Response);
+
+impl std::ops::Deref for TestResponse {
+    type Target = orders_atk::wire::Response;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl TestResponse {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn header_count(&self, name: &str) -> usize {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .count()
-    }
-
+    /// The body as JSON (panics when it is not).
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }

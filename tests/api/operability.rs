@@ -85,7 +85,7 @@ pub(crate) fn scrape_text(server: &ServerProcess) -> String {
             .unwrap_or_default()
             .starts_with("text/plain")
     );
-    res.body
+    res.0.body
 }
 
 /// Scrapes until `done` holds (at most [`TIMEOUT`]); the last scrape.

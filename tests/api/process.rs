@@ -150,7 +150,8 @@ impl ServerProcess {
                 .env("RUST_LOG", "warn")
                 .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("clone the log handle"))
+                // `serve` writes nothing on stdout; what it says goes to stderr.
+                .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
                 .expect("start orders-api");
@@ -280,11 +281,7 @@ pub fn ledger_count(pool: &Pool) -> i64 {
 /// An HTTP client whose every request gives up after `timeout`, and that
 /// hands every status back instead of failing on 4xx/5xx.
 pub fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(timeout))
-        .build()
-        .into()
+    orders_atk::wire::agent(timeout, "orders-api-tests")
 }
 
 /// One request; `Err` when no whole answer arrived (refused, cut, timed out).
@@ -295,31 +292,7 @@ pub fn try_send(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> Result<TestResponse, ureq::Error> {
-    let mut builder = ureq::http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let request = builder
-        .body(body.unwrap_or("").as_bytes().to_vec())
-        .expect("request");
-    let mut response = agent.run(request)?;
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                v.to_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    let body = response.body_mut().read_to_string()?;
-    Ok(TestResponse {
-        status,
-        headers,
-        body,
-    })
+    orders_atk::wire::exchange(agent, method, url, headers, body).map(TestResponse)
 }
 
 /// A client of one server process, as user `token` owns.

@@ -7,10 +7,10 @@
 //!   be sent; [`Outbox::record`] keeps its definitive answer;
 //! - [`drain`]: [`Sender`] sends one operation once, or drains the outbox,
 //!   retrying with full-jitter backoff;
-//! - [`command`]: `orders-api client create|update|cancel|sync|status`.
+//! - [`command`]: `orders-api client create|update|cancel|sync|status` (the server binary offers these commands by depending on this crate).
 //!
 //! The client shares nothing with the server's storage: its outbox has its
-//! own schema (`migrations/client/`) and it never opens `DATABASE_URL`.
+//! own schema (`migrations/`) and it never opens `DATABASE_URL`.
 
 pub mod command;
 pub mod drain;

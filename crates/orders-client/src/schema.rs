@@ -1,4 +1,4 @@
-//! The outbox's one table (`migrations/client/`).
+//! The outbox's one table (`migrations/`).
 
 diesel::table! {
     operations (id) {

@@ -8,6 +8,7 @@
 pub mod checks;
 pub mod probe;
 mod report;
+pub mod wire;
 
 use std::io::Write;
 use std::net::IpAddr;

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::schema::operations::{self, dsl as t};
 
-const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/client");
+const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// How long a writer waits for another process's transaction on the outbox.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -75,13 +75,7 @@ impl Target {
     }
 
     pub(crate) fn agent(&self) -> ureq::Agent {
-        ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_global(Some(self.timeout))
-            .user_agent("orders-api-atk")
-            .build()
-            .into()
+        crate::wire::agent(self.timeout, "orders-api-atk")
     }
 }
 
@@ -115,26 +109,10 @@ pub(crate) fn ensure(holds: bool, why: impl FnOnce() -> String) -> Result<(), Fa
     if holds { Ok(()) } else { Err(Failure(why())) }
 }
 
-/// An answer, read whole.
-#[derive(Debug, Clone)]
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
+pub use crate::wire::Response;
 
+/// What the checks read of an answer, beyond [`crate::wire`]'s.
 impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_str(&self.body).ok()
-    }
-
     /// The `id` member of a JSON object body.
     pub fn id(&self) -> Option<String> {
         self.json()?.get("id")?.as_str().map(str::to_owned)
@@ -605,32 +583,5 @@ pub(crate) fn request(
     headers: &[(String, String)],
     body: Option<&str>,
 ) -> Result<Response, String> {
-    let mut builder = ureq::http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    let request = builder
-        .body(body.unwrap_or("").as_bytes().to_vec())
-        .map_err(|e| e.to_string())?;
-    let mut response = agent.run(request).map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let body = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| e.to_string())?;
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
+    crate::wire::exchange(agent, method, url, headers, body).map_err(|e| e.to_string())
 }

@@ -46,8 +46,11 @@ pub enum SendError {
 
 /// Where a test may ask the client to die (`ORDERS_CLIENT_CRASH_AT`): the
 /// points between the outbox's durable steps. Read once per process; a
-/// crash is `std::process::abort`, as abrupt as `kill -9`.
+/// crash is `std::process::abort`, as abrupt as `kill -9`. Compiled in only
+/// with the `crash-points` feature, which the test suite enables: a release
+/// binary never reads the variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "crash-points"), allow(dead_code))]
 enum CrashPoint {
     /// Leased, not sent.
     AfterClaim,
@@ -55,8 +58,10 @@ enum CrashPoint {
     AfterSend,
 }
 
-pub const CRASH_AT_ENV: &str = "ORDERS_CLIENT_CRASH_AT";
+#[cfg(feature = "crash-points")]
+const CRASH_AT_ENV: &str = "ORDERS_CLIENT_CRASH_AT";
 
+#[cfg(feature = "crash-points")]
 fn crash_point() -> Option<CrashPoint> {
     match std::env::var(CRASH_AT_ENV).ok()?.as_str() {
         "after_claim" => Some(CrashPoint::AfterClaim),
@@ -65,11 +70,19 @@ fn crash_point() -> Option<CrashPoint> {
     }
 }
 
+#[cfg(not(feature = "crash-points"))]
+fn crash_point() -> Option<CrashPoint> {
+    None
+}
+
 fn crash_if(at: CrashPoint, wanted: Option<CrashPoint>) {
+    #[cfg(feature = "crash-points")]
     if wanted == Some(at) {
         eprintln!("{CRASH_AT_ENV}: aborting at {at:?}");
         std::process::abort();
     }
+    #[cfg(not(feature = "crash-points"))]
+    let _ = (at, wanted);
 }
 
 /// What a drain came to.
