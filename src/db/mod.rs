@@ -34,9 +34,10 @@ pub use writer::{WriteError, WriterStats};
 /// up (pooled connections wait a little longer than the lease, see
 /// [`SqliteSession`]).
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a request waits on PostgreSQL for a row another transaction
-/// holds (in practice: a concurrent request with the same idempotency key)
-/// before it is answered `409 IDEMPOTENCY_IN_PROGRESS`.
+/// How long a request waits on PostgreSQL for a lock another transaction
+/// holds (in practice: the advisory lock on its idempotency key, held by a
+/// concurrent request with the same key) before it is answered
+/// `409 IDEMPOTENCY_IN_PROGRESS`.
 pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// An arbitrary, fixed advisory-lock id that serialises migrations when
 /// several processes start against one PostgreSQL database at once.
@@ -425,9 +426,10 @@ impl CustomizeConnection<SqliteConnection, r2d2::Error> for SqliteSession {
 }
 
 /// Per-connection PostgreSQL settings: READ COMMITTED, how long a request
-/// waits for a row another transaction holds, and the lease that bounds how
-/// long any transaction may hold its claim (a hung holder's session is ended
-/// by the server, so its transaction can never commit late).
+/// waits for a lock another transaction holds (its key's advisory lock), and
+/// the lease that bounds how long any transaction may hold its key (a hung
+/// holder's session is ended by the server, so its transaction can never
+/// commit late).
 #[derive(Debug, Clone, Copy)]
 struct PgSession {
     lease: Duration,

@@ -85,12 +85,12 @@ impl RecordedResponse {
 pub enum Completion {
     /// Record the response with the change and commit.
     Record(RecordedResponse),
-    /// Roll back (the claim too) and answer this as a replay: the mutation
+    /// Roll back the unit and answer this as a replay: the mutation
     /// found its effect already made elsewhere (by an earlier request with
     /// this key whose ledger entry is gone) and changed nothing. The key
     /// stays unrecorded, so that earlier effect remains its only record.
     ReplayFound(RecordedResponse),
-    /// Roll back (the claim too) and refuse the key as reused: the mutation
+    /// Roll back the unit and refuse the key as reused: the mutation
     /// found it spent elsewhere on a different request.
     KeyReusedFound,
 }
@@ -131,7 +131,7 @@ pub enum LedgerError<E> {
     Database(DieselError),
     #[error("internal error: {0}")]
     Internal(String),
-    #[error("the claim's lease ran out before the mutation finished")]
+    #[error("the lease ran out before the mutation finished")]
     LeaseExpired,
     #[error("the mutation failed")]
     Operation(E),
@@ -148,14 +148,14 @@ impl<E> From<WriteError> for LedgerError<E> {
     }
 }
 
-/// The unit of writing in which the ledger will record this request's key.
-/// Only the ledger makes one, so a function that takes it can only run as a
-/// recorded mutation.
-pub struct ClaimedTx<'t, 'c> {
+/// The transaction (unit of writing) in which the ledger records this
+/// request's key, after the mutation, with its response. Only the ledger makes
+/// one, so a function that takes it can only run as a recorded mutation.
+pub struct LedgerTx<'t, 'c> {
     conn: &'t mut Conn<'c>,
 }
 
-impl<'c> ClaimedTx<'_, 'c> {
+impl<'c> LedgerTx<'_, 'c> {
     pub fn conn(&mut self) -> &mut Conn<'c> {
         self.conn
     }
@@ -176,7 +176,7 @@ pub struct Ledger {
     pub lease: Duration,
 }
 
-/// Why a claimed unit was rolled back.
+/// Why the unit of writing was rolled back.
 enum Abort<E> {
     Database(DieselError),
     Release(Outcome),
@@ -202,7 +202,7 @@ impl Ledger {
         mutation: F,
     ) -> Result<Outcome, LedgerError<E>>
     where
-        F: FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
         let key = request.key.as_str().to_owned();
@@ -240,7 +240,7 @@ impl Ledger {
             // from the request's start: a request that waited for a dying
             // holder still gets its whole lease.
             let started = Instant::now();
-            let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
+            let completion = mutation(&mut LedgerTx { conn }).map_err(Abort::Operation)?;
             let found = match completion {
                 // The effect exists already; the key's own entry, when it
                 // has one by now, is the answer it recorded.
@@ -308,7 +308,8 @@ impl Ledger {
     }
 }
 
-/// The decision for an existing entry; `None` while it is still in flight.
+/// The decision for an existing entry; `None` for an entry whose response
+/// cannot be read (see [`store::Entry::response`]).
 fn decide(entry: &store::Entry, fingerprint: &str) -> Option<Outcome> {
     if entry.fingerprint != fingerprint {
         return Some(Outcome::KeyReused);
