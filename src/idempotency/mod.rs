@@ -71,10 +71,15 @@ impl RecordedResponse {
         serde_json::to_string(&recorded).unwrap_or_else(|_| "[]".to_owned())
     }
 
-    fn from_stored(status: i32, headers: &str, body: Vec<u8>) -> Option<Self> {
-        Some(Self {
-            status: u16::try_from(status).ok()?,
-            headers: serde_json::from_str(headers).ok()?,
+    /// A response as [`store::record`] wrote it; a row this service did not
+    /// write (a status out of range, headers that are not JSON pairs) is a
+    /// deserialization error, answered `500`.
+    fn from_stored(status: i32, headers: &str, body: Vec<u8>) -> Result<Self, DieselError> {
+        let unreadable =
+            |e: Box<dyn std::error::Error + Send + Sync>| DieselError::DeserializationError(e);
+        Ok(Self {
+            status: u16::try_from(status).map_err(|e| unreadable(e.into()))?,
+            headers: serde_json::from_str(headers).map_err(|e| unreadable(e.into()))?,
             body,
         })
     }
@@ -213,7 +218,7 @@ impl Ledger {
                 .get()
                 .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
             let existing = store::find(&mut pooled.conn(), &key, &user).map_err(database_error)?;
-            if let Some(outcome) = existing.and_then(|entry| decide(&entry, &fingerprint)) {
+            if let Some(outcome) = existing.map(|entry| decide(entry, &fingerprint)) {
                 return Ok(outcome);
             }
         }
@@ -228,7 +233,7 @@ impl Ledger {
         let lease = self.lease;
         let unit = move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E>> {
             let entry = |conn: &mut Conn<'_>| -> Result<Option<Outcome>, Abort<E>> {
-                Ok(store::find(conn, &key, &user)?.and_then(|e| decide(&e, &fingerprint)))
+                Ok(store::find(conn, &key, &user)?.map(|e| decide(e, &fingerprint)))
             };
             if !store::lock_key(conn, &key, &user)? {
                 // Another unit held the key until now; it may have recorded it.
@@ -308,13 +313,13 @@ impl Ledger {
     }
 }
 
-/// The decision for an existing entry; `None` for an entry whose response
-/// cannot be read (see [`store::Entry::response`]).
-fn decide(entry: &store::Entry, fingerprint: &str) -> Option<Outcome> {
+/// The decision for an existing entry: every entry is complete, so it is
+/// a replay or a refusal.
+fn decide(entry: store::Entry, fingerprint: &str) -> Outcome {
     if entry.fingerprint != fingerprint {
-        return Some(Outcome::KeyReused);
+        return Outcome::KeyReused;
     }
-    entry.response.clone().map(Outcome::Replayed)
+    Outcome::Replayed(entry.response)
 }
 
 fn database_error<E>(e: DieselError) -> LedgerError<E> {
