@@ -184,7 +184,8 @@ pub struct Ledger {
 /// Why the unit of writing was rolled back.
 enum Abort<E> {
     Database(DieselError),
-    Release(Outcome),
+    /// Roll back and answer with this outcome.
+    Answer(Outcome),
     LeaseExpired,
     Operation(E),
 }
@@ -238,7 +239,7 @@ impl Ledger {
             if !store::lock_key(conn, &key, &user)? {
                 // Another unit held the key until now; it may have recorded it.
                 if let Some(outcome) = entry(conn)? {
-                    return Err(Abort::Release(outcome));
+                    return Err(Abort::Answer(outcome));
                 }
             }
             // The lease runs from the moment the unit holds the key, not
@@ -275,11 +276,11 @@ impl Ledger {
                 }
             };
             // Roll back: what the mutation did (if anything) must not stay.
-            Err(Abort::Release(found))
+            Err(Abort::Answer(found))
         };
         match pool.write(unit)? {
             Ok(outcome) => Ok(outcome),
-            Err(Abort::Release(outcome)) => Ok(outcome),
+            Err(Abort::Answer(outcome)) => Ok(outcome),
             Err(Abort::LeaseExpired) => Err(LedgerError::LeaseExpired),
             Err(Abort::Operation(e)) => Err(LedgerError::Operation(e)),
             Err(Abort::Database(e)) if db::classify(&e) == Failure::LockTimeout => {
