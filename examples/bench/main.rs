@@ -26,6 +26,11 @@
 //!
 //! The server runs as its own process (`RUST_LOG=warn`: no per-request log
 //! lines), so its peak RSS is its own.
+//!
+//! Files: this one (the settings and the cases), `server.rs` (the server
+//! process), `baseline.rs` (the bare-storage server), `wrk.rs` (the Lua
+//! scripts, the driver and its parser), `database.rs` (the expired backlog
+//! and the counts), `pgbench.rs`, `rss.rs` (peak RSS) and `report.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
