@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The load benchmark of docs/PERFORMANCE.md (examples/bench.rs says what it
+# The load benchmark of docs/PERFORMANCE.md (examples/bench/main.rs says what it
 # measures). Builds the release binary and the benchmark, installs wrk (and
 # pgbench for PostgreSQL) when missing, then runs it.
 #

@@ -81,16 +81,14 @@ pub const METHOD_LABELS: [&str; 10] = [
 ///   after a purge);
 /// - `key_reused`: the key was used for a different request (`409`);
 /// - `in_progress`: a request with the key was still running (`409`);
-/// - `released`: the mutation answered without recording;
 /// - `lease_expired`: a holder outlived its lease and was fenced (`503`,
 ///   nothing committed);
 /// - `purged`: expired ledger entries deleted.
-pub const IDEMPOTENCY_OUTCOMES: [&str; 7] = [
+pub const IDEMPOTENCY_OUTCOMES: [&str; 6] = [
     "executed",
     "replayed",
     "key_reused",
     "in_progress",
-    "released",
     "lease_expired",
     "purged",
 ];

@@ -27,7 +27,8 @@ use diesel::sql_types::BigInt;
 pub enum Failure {
     /// The database is unreachable, locked or shedding load: `503`, retry.
     Unavailable,
-    /// PostgreSQL's `lock_timeout` fired: another transaction holds the row.
+    /// PostgreSQL's `lock_timeout` fired: another transaction holds the lock
+    /// (in practice the advisory lock on an idempotency key).
     LockTimeout,
     /// Anything else: a defect, answered with an opaque `500`.
     Internal,

@@ -29,16 +29,18 @@
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sqlite::SqliteConnection;
 
 use super::Conn;
+use super::sqlite::SqliteSession;
 
 /// The most units one transaction commits.
 pub const MAX_BATCH: usize = 256;
@@ -211,6 +213,52 @@ impl Drop for Writer {
                 let _ = thread.join();
             }
         }
+    }
+}
+
+/// The one [`Writer`] of a SQLite pool, started on the first write (so a
+/// command that only reads never opens it).
+pub(super) struct WriterSlot {
+    path: String,
+    session: SqliteSession,
+    capacity: usize,
+    writer: Mutex<Option<Arc<Writer>>>,
+}
+
+impl WriterSlot {
+    pub(super) fn new(path: &str, session: SqliteSession, capacity: usize) -> Self {
+        Self {
+            path: path.to_owned(),
+            session,
+            capacity,
+            writer: Mutex::new(None),
+        }
+    }
+
+    /// What the writer has done, once it has started.
+    pub(super) fn stats(&self) -> Option<WriterStats> {
+        self.writer.lock().ok()?.as_ref().map(|w| w.stats())
+    }
+
+    pub(super) fn get(&self) -> Result<Arc<Writer>, WriteError> {
+        let mut slot = self
+            .writer
+            .lock()
+            .map_err(|_| WriteError::Unavailable("the writer's lock is poisoned".into()))?;
+        if let Some(writer) = slot.as_ref() {
+            return Ok(Arc::clone(writer));
+        }
+        let unavailable =
+            |e: String| WriteError::Unavailable(format!("cannot open the writer: {e}"));
+        let mut conn =
+            SqliteConnection::establish(&self.path).map_err(|e| unavailable(e.to_string()))?;
+        self.session
+            .apply(&mut conn)
+            .map_err(|e| unavailable(e.to_string()))?;
+        let writer =
+            Arc::new(Writer::start(conn, self.capacity).map_err(|e| unavailable(e.to_string()))?);
+        *slot = Some(Arc::clone(&writer));
+        Ok(writer)
     }
 }
 

@@ -255,7 +255,7 @@ impl From<LedgerError<ApiError>> for ApiError {
     fn from(e: LedgerError<ApiError>) -> Self {
         match e {
             LedgerError::Unavailable(cause) => ApiError::Unavailable(cause),
-            LedgerError::LeaseExpired => ApiError::Unavailable("the claim's lease ran out".into()),
+            LedgerError::LeaseExpired => ApiError::Unavailable("the lease ran out".into()),
             LedgerError::Database(e) => ApiError::Internal(e.to_string()),
             LedgerError::Internal(cause) => ApiError::Internal(cause),
             LedgerError::Operation(e) => e,

@@ -1,15 +1,15 @@
 //! The one way a mutating route runs: every `POST`, `PATCH` and `DELETE`
 //! handler builds a [`Mutation`] and hands its work to [`Mutation::execute`],
 //! which runs it inside the idempotency ledger. The work receives a
-//! [`ClaimedTx`], which only the ledger can make, and the orders domain's
+//! [`LedgerTx`], which only the ledger can make, and the orders domain's
 //! mutations require one, while its storage functions are private to it: a
 //! route that changed an order without the ledger would not compile (short
 //! of writing its own SQL against the schema).
 //!
 //! ```compile_fail,E0451
-//! // A `ClaimedTx` cannot be made outside the ledger.
-//! fn forge<'t, 'c>(conn: &'t mut orders_api::db::Conn<'c>) -> orders_api::idempotency::ClaimedTx<'t, 'c> {
-//!     orders_api::idempotency::ClaimedTx { conn }
+//! // A `LedgerTx` cannot be made outside the ledger.
+//! fn forge<'t, 'c>(conn: &'t mut orders_api::db::Conn<'c>) -> orders_api::idempotency::LedgerTx<'t, 'c> {
+//!     orders_api::idempotency::LedgerTx { conn }
 //! }
 //! ```
 //!
@@ -28,7 +28,7 @@ use super::auth::AuthUser;
 use super::body::{is_json, parse_json, read_limited};
 use super::error::ApiError;
 use crate::idempotency::{
-    ClaimedTx, Completion, Fingerprint, IdempotencyKey, LedgerError, LedgerRequest, Outcome,
+    Completion, Fingerprint, IdempotencyKey, LedgerError, LedgerRequest, LedgerTx, Outcome,
     RecordedResponse,
 };
 
@@ -102,7 +102,7 @@ impl Mutation {
         work: F,
     ) -> Result<HttpResponse, ApiError>
     where
-        F: FnOnce(&mut ClaimedTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
+        F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
             + Send
             + 'static,
     {

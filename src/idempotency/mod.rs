@@ -71,10 +71,15 @@ impl RecordedResponse {
         serde_json::to_string(&recorded).unwrap_or_else(|_| "[]".to_owned())
     }
 
-    fn from_stored(status: i32, headers: &str, body: Vec<u8>) -> Option<Self> {
-        Some(Self {
-            status: u16::try_from(status).ok()?,
-            headers: serde_json::from_str(headers).ok()?,
+    /// A response as [`store::record`] wrote it; a row this service did not
+    /// write (a status out of range, headers that are not JSON pairs) is a
+    /// deserialization error, answered `500`.
+    fn from_stored(status: i32, headers: &str, body: Vec<u8>) -> Result<Self, DieselError> {
+        let unreadable =
+            |e: Box<dyn std::error::Error + Send + Sync>| DieselError::DeserializationError(e);
+        Ok(Self {
+            status: u16::try_from(status).map_err(|e| unreadable(e.into()))?,
+            headers: serde_json::from_str(headers).map_err(|e| unreadable(e.into()))?,
             body,
         })
     }
@@ -85,12 +90,12 @@ impl RecordedResponse {
 pub enum Completion {
     /// Record the response with the change and commit.
     Record(RecordedResponse),
-    /// Roll back (the claim too) and answer this as a replay: the mutation
+    /// Roll back the unit and answer this as a replay: the mutation
     /// found its effect already made elsewhere (by an earlier request with
     /// this key whose ledger entry is gone) and changed nothing. The key
     /// stays unrecorded, so that earlier effect remains its only record.
     ReplayFound(RecordedResponse),
-    /// Roll back (the claim too) and refuse the key as reused: the mutation
+    /// Roll back the unit and refuse the key as reused: the mutation
     /// found it spent elsewhere on a different request.
     KeyReusedFound,
 }
@@ -131,7 +136,7 @@ pub enum LedgerError<E> {
     Database(DieselError),
     #[error("internal error: {0}")]
     Internal(String),
-    #[error("the claim's lease ran out before the mutation finished")]
+    #[error("the lease ran out before the mutation finished")]
     LeaseExpired,
     #[error("the mutation failed")]
     Operation(E),
@@ -148,14 +153,14 @@ impl<E> From<WriteError> for LedgerError<E> {
     }
 }
 
-/// The unit of writing in which the ledger will record this request's key.
-/// Only the ledger makes one, so a function that takes it can only run as a
-/// recorded mutation.
-pub struct ClaimedTx<'t, 'c> {
+/// The transaction (unit of writing) in which the ledger records this
+/// request's key, after the mutation, with its response. Only the ledger makes
+/// one, so a function that takes it can only run as a recorded mutation.
+pub struct LedgerTx<'t, 'c> {
     conn: &'t mut Conn<'c>,
 }
 
-impl<'c> ClaimedTx<'_, 'c> {
+impl<'c> LedgerTx<'_, 'c> {
     pub fn conn(&mut self) -> &mut Conn<'c> {
         self.conn
     }
@@ -176,10 +181,11 @@ pub struct Ledger {
     pub lease: Duration,
 }
 
-/// Why a claimed unit was rolled back.
+/// Why the unit of writing was rolled back.
 enum Abort<E> {
     Database(DieselError),
-    Release(Outcome),
+    /// Roll back and answer with this outcome.
+    Answer(Outcome),
     LeaseExpired,
     Operation(E),
 }
@@ -202,7 +208,7 @@ impl Ledger {
         mutation: F,
     ) -> Result<Outcome, LedgerError<E>>
     where
-        F: FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
         let key = request.key.as_str().to_owned();
@@ -213,7 +219,7 @@ impl Ledger {
                 .get()
                 .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
             let existing = store::find(&mut pooled.conn(), &key, &user).map_err(database_error)?;
-            if let Some(outcome) = existing.and_then(|entry| decide(&entry, &fingerprint)) {
+            if let Some(outcome) = existing.map(|entry| decide(entry, &fingerprint)) {
                 return Ok(outcome);
             }
         }
@@ -228,19 +234,19 @@ impl Ledger {
         let lease = self.lease;
         let unit = move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E>> {
             let entry = |conn: &mut Conn<'_>| -> Result<Option<Outcome>, Abort<E>> {
-                Ok(store::find(conn, &key, &user)?.and_then(|e| decide(&e, &fingerprint)))
+                Ok(store::find(conn, &key, &user)?.map(|e| decide(e, &fingerprint)))
             };
             if !store::lock_key(conn, &key, &user)? {
                 // Another unit held the key until now; it may have recorded it.
                 if let Some(outcome) = entry(conn)? {
-                    return Err(Abort::Release(outcome));
+                    return Err(Abort::Answer(outcome));
                 }
             }
             // The lease runs from the moment the unit holds the key, not
             // from the request's start: a request that waited for a dying
             // holder still gets its whole lease.
             let started = Instant::now();
-            let completion = mutation(&mut ClaimedTx { conn }).map_err(Abort::Operation)?;
+            let completion = mutation(&mut LedgerTx { conn }).map_err(Abort::Operation)?;
             let found = match completion {
                 // The effect exists already; the key's own entry, when it
                 // has one by now, is the answer it recorded.
@@ -270,11 +276,11 @@ impl Ledger {
                 }
             };
             // Roll back: what the mutation did (if anything) must not stay.
-            Err(Abort::Release(found))
+            Err(Abort::Answer(found))
         };
         match pool.write(unit)? {
             Ok(outcome) => Ok(outcome),
-            Err(Abort::Release(outcome)) => Ok(outcome),
+            Err(Abort::Answer(outcome)) => Ok(outcome),
             Err(Abort::LeaseExpired) => Err(LedgerError::LeaseExpired),
             Err(Abort::Operation(e)) => Err(LedgerError::Operation(e)),
             Err(Abort::Database(e)) if db::classify(&e) == Failure::LockTimeout => {
@@ -308,12 +314,13 @@ impl Ledger {
     }
 }
 
-/// The decision for an existing entry; `None` while it is still in flight.
-fn decide(entry: &store::Entry, fingerprint: &str) -> Option<Outcome> {
+/// The decision for an existing entry: every entry is complete, so it is
+/// a replay or a refusal.
+fn decide(entry: store::Entry, fingerprint: &str) -> Outcome {
     if entry.fingerprint != fingerprint {
-        return Some(Outcome::KeyReused);
+        return Outcome::KeyReused;
     }
-    entry.response.clone().map(Outcome::Replayed)
+    Outcome::Replayed(entry.response)
 }
 
 fn database_error<E>(e: DieselError) -> LedgerError<E> {

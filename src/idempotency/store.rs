@@ -8,16 +8,15 @@ use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
 use super::RecordedResponse;
 use crate::db::{Conn, dispatch};
 
-/// A ledger row as the decision needs it.
+/// A ledger row as the decision needs it: every entry is complete (it is
+/// written with its response, and the columns are `NOT NULL`).
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub fingerprint: String,
-    /// Always present on rows this version writes (an entry is written
-    /// with its response); `None` only for a row that lacks one.
-    pub response: Option<RecordedResponse>,
+    pub response: RecordedResponse,
 }
 
-type Row = (String, Option<i32>, Option<String>, Option<Vec<u8>>);
+type Row = (String, i32, String, Vec<u8>);
 
 pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<Option<Entry>> {
     let row: Option<Row> = dispatch!(conn, c, s => {
@@ -28,15 +27,14 @@ pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<Option
             .get_result::<Row>(c)
             .optional()
     })?;
-    Ok(row.map(|(fingerprint, status, headers, body)| Entry {
-        fingerprint,
-        response: match (status, headers, body) {
-            (Some(status), Some(headers), Some(body)) => {
-                RecordedResponse::from_stored(status, &headers, body)
-            }
-            _ => None,
-        },
-    }))
+    row.map(|(fingerprint, status, headers, body)| {
+        let response = RecordedResponse::from_stored(status, &headers, body)?;
+        Ok(Entry {
+            fingerprint,
+            response,
+        })
+    })
+    .transpose()
 }
 
 diesel::define_sql_function! {
@@ -109,9 +107,9 @@ pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
                 l::idempotency_key.eq(entry.key),
                 l::user_id.eq(entry.user_id),
                 l::request_fingerprint.eq(entry.fingerprint),
-                l::response_status.eq(Some(status)),
-                l::response_headers.eq(Some(&headers)),
-                l::response_body.eq(Some(&entry.response.body)),
+                l::response_status.eq(status),
+                l::response_headers.eq(&headers),
+                l::response_body.eq(&entry.response.body),
                 l::created_at.eq(entry.created_at),
                 l::expires_at.eq(entry.expires_at),
             ))

@@ -1,5 +1,5 @@
 //! The orders domain: what an order is, how it is validated and stored, and
-//! the operations the API offers. Mutations take a [`ClaimedTx`], so they can
+//! the operations the API offers. Mutations take a [`LedgerTx`], so they can
 //! only run inside the idempotency ledger's transaction; the table's storage
 //! functions are private to this module, so nothing else can write an order.
 //!
@@ -16,7 +16,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use diesel::result::Error as DieselError;
 
 use crate::db::Conn;
-use crate::idempotency::{ClaimedTx, Fingerprint, IdempotencyKey};
+use crate::idempotency::{Fingerprint, IdempotencyKey, LedgerTx};
 use input::{NewOrder, OrderPatch};
 use model::{Order, OrderId, OrderStatus};
 pub use store::CorruptRow;
@@ -55,7 +55,7 @@ fn now() -> DateTime<Utc> {
 }
 
 pub fn create(
-    tx: &mut ClaimedTx<'_, '_>,
+    tx: &mut LedgerTx<'_, '_>,
     user_id: &str,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
@@ -154,7 +154,7 @@ pub fn list(
 }
 
 pub fn update(
-    tx: &mut ClaimedTx<'_, '_>,
+    tx: &mut LedgerTx<'_, '_>,
     user_id: &str,
     id: &str,
     patch: &OrderPatch,
@@ -175,7 +175,7 @@ pub fn update(
 }
 
 /// Cancels an order; cancelling a cancelled order changes nothing.
-pub fn cancel(tx: &mut ClaimedTx<'_, '_>, user_id: &str, id: &str) -> Result<Order, OrdersError> {
+pub fn cancel(tx: &mut LedgerTx<'_, '_>, user_id: &str, id: &str) -> Result<Order, OrdersError> {
     let id = OrderId::parse(id).ok_or(OrdersError::NotFound)?;
     match store::set_status_from_pending(tx.conn(), user_id, id, OrderStatus::Cancelled, now())? {
         Some(row) => Ok(row.try_into()?),

@@ -229,12 +229,12 @@ both_backends! {
     }
 
     fn after_a_kill_9_the_first_retry_of_every_key_runs_or_replays_without_waiting_for_a_lease(backend) {
-        // The claim is written in the mutation's transaction, so a killed
-        // holder's claim vanishes with it: after the restart, with the
+        // The key's entry is written in the mutation's transaction, after
+        // the change, so a killed holder leaves nothing behind: after the restart, with the
         // default 30 s lease still far from over, the very first retry of
         // every key runs or replays; none is told it is in progress. (No
-        // lease is involved: a claim that outlived its holder would answer
-        // 409 here.)
+        // lease is involved: a hold on the key that outlived its holder would
+        // answer 409 here.)
         let crashed = kill_under_load(backend, &[]);
 
         let answers: Vec<TestResponse> = crashed
@@ -259,9 +259,9 @@ both_backends! {
 }
 
 /// The deterministic form of the takeover, on PostgreSQL: the request is
-/// killed while it certainly holds its claim (its transaction is blocked on
-/// a row the test holds, after the claim was inserted). The claim vanishes
-/// with the killed transaction; after the restart the key runs at once.
+/// killed while it certainly holds its key (its transaction is blocked on
+/// an order row the test holds, with the key's advisory lock taken). The hold
+/// vanishes with the killed transaction; after the restart the key runs at once.
 #[test]
 #[cfg_attr(
     postgres_tests_ignored,

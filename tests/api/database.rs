@@ -59,7 +59,7 @@ fn concurrent_creates_with_one_key_on_a_serializable_database_create_one_order_a
 
 /// Issue 7.5: failures are recognised without reading English text. On a
 /// server whose messages are German, a request whose key is held (its
-/// claim inserted, uncommitted, by the test) still answers `409 IDEMPOTENCY_IN_PROGRESS`
+/// ledger entry inserted, uncommitted, by the test) still answers `409 IDEMPOTENCY_IN_PROGRESS`
 /// after `lock_timeout`, not a 500 — as a role that may not `SET
 /// lc_messages`, so the service cannot just switch the language back.
 #[test]
@@ -96,12 +96,13 @@ fn with_german_server_messages_a_lock_timeout_still_answers_409_in_progress() {
     holder
         .batch_execute(
             "BEGIN; INSERT INTO idempotency_ledger (idempotency_key, user_id, \
-             request_fingerprint, created_at, expires_at) \
-             VALUES ('held-key', 'alice', 'held', now(), now() + interval '1 day')",
+             request_fingerprint, response_status, response_headers, response_body, \
+             created_at, expires_at) \
+             VALUES ('held-key', 'alice', 'held', 201, '[]', '\\x7b7d', now(), now() + interval '1 day')",
         )
-        .expect("hold the claim");
+        .expect("hold the entry");
     let waiting = app.post_order(Some("held-key"), &body);
-    holder.batch_execute("ROLLBACK").expect("release the claim");
+    holder.batch_execute("ROLLBACK").expect("release the entry");
 
     assert_in_progress(&waiting);
     assert_eq!(app.order_count(), 0, "the waiting request created nothing");
@@ -112,7 +113,7 @@ fn with_german_server_messages_a_lock_timeout_still_answers_409_in_progress() {
 /// Issue 7.4 and 7.7, at the session level: whatever the database's
 /// defaults, every pooled session is READ COMMITTED and bounded by the lease
 /// (statement and idle-in-transaction timeouts; on PostgreSQL 17+ also
-/// `transaction_timeout`, so a dead host's claim lasts at most one lease
+/// `transaction_timeout`, so a dead host's key is held at most one lease
 /// there instead of two).
 #[test]
 fn every_pooled_postgres_session_is_read_committed_and_bounded_by_the_lease() {

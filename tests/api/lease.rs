@@ -13,8 +13,8 @@ use actix_web::http::StatusCode;
 use orders_api::db::{self, Pool, PoolOptions};
 use orders_api::http::mutation::json_reply;
 use orders_api::idempotency::{
-    ClaimedTx, Completion, Fingerprint, IdempotencyKey, Ledger, LedgerError, LedgerRequest,
-    Outcome, RecordedResponse,
+    Completion, Fingerprint, IdempotencyKey, Ledger, LedgerError, LedgerRequest, LedgerTx, Outcome,
+    RecordedResponse,
 };
 use orders_api::orders::input::parse_new_order;
 use orders_api::orders::{self, Created};
@@ -65,7 +65,7 @@ impl CreateRequest {
     fn unit(
         &self,
         runs: &Arc<AtomicUsize>,
-    ) -> impl FnOnce(&mut ClaimedTx<'_, '_>) -> Result<Completion, Failed> + Send + 'static {
+    ) -> impl FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, Failed> + Send + 'static {
         let (request, runs) = (self.clone(), Arc::clone(runs));
         move |tx| {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -73,8 +73,8 @@ impl CreateRequest {
         }
     }
 
-    /// What the create route does inside its claim: insert, answer 201.
-    fn run(&self, tx: &mut ClaimedTx<'_, '_>) -> RecordedResponse {
+    /// What the create route does inside its unit: insert, answer 201.
+    fn run(&self, tx: &mut LedgerTx<'_, '_>) -> RecordedResponse {
         let new = parse_new_order(&self.json).expect("a valid order");
         match orders::create(tx, USER, &self.key, &self.fingerprint, new).expect("insert order") {
             Created::New(order) => json_reply(
@@ -171,17 +171,18 @@ both_backends! {
     }
 }
 
-/// Runs `request` through the ledger on a thread that keeps its claim (its
-/// transaction open) until `while_held` returns; returns the holder's outcome
+/// Runs `request` through the ledger on a thread that holds its key (its
+/// transaction open, the key's advisory lock on PostgreSQL) until
+/// `while_held` returns; returns the holder's outcome
 /// and what `while_held` returned.
-fn with_claim_held<T: Send>(
+fn with_key_held<T: Send>(
     pool: &Pool,
     ledger: Ledger,
     request: &CreateRequest,
     while_held: impl FnOnce() -> T + Send,
 ) -> (Result<Outcome, LedgerError<Failed>>, T) {
     std::thread::scope(|s| {
-        let (claimed, on_claimed) = mpsc::channel();
+        let (holding, on_holding) = mpsc::channel();
         let (release, on_release) = mpsc::channel::<()>();
         let held = request.clone();
         let holder = s.spawn(move || {
@@ -190,16 +191,16 @@ fn with_claim_held<T: Send>(
                 request.ledger(),
                 move |tx| -> Result<Completion, Failed> {
                     let response = held.run(tx);
-                    claimed.send(()).expect("report the claim");
+                    holding.send(()).expect("report the held key");
                     // Dropped (a panic in `while_held`) or sent: either way, finish.
                     let _ = on_release.recv_timeout(Duration::from_secs(60));
                     Ok(Completion::Record(response))
                 },
             )
         });
-        on_claimed
+        on_holding
             .recv_timeout(Duration::from_secs(30))
-            .expect("the holder claimed the key");
+            .expect("the holder holds the key");
         let during = while_held();
         release.send(()).expect("release the holder");
         (holder.join().expect("holder thread"), during)
@@ -208,7 +209,7 @@ fn with_claim_held<T: Send>(
 
 /// SPEC §4: "same key while the first is still running → 409
 /// IDEMPOTENCY_IN_PROGRESS with Retry-After", then the holder's answer is
-/// replayed. PostgreSQL only: there a duplicate waits on the claim's row
+/// replayed. PostgreSQL only: there a duplicate waits on the key's advisory
 /// lock and gives up after `lock_timeout`; SQLite serialises whole writers.
 #[test]
 #[cfg_attr(
@@ -223,7 +224,7 @@ fn a_request_whose_key_is_held_answers_409_in_progress_and_then_replays_the_hold
     let body = order_body("Widget", 2, "9.99");
     let request = CreateRequest::new("held-key", &body);
 
-    let (held, ()) = with_claim_held(&app.pool, app.settings.ledger(), &request, || {
+    let (held, ()) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
         let waiting = app.post_order(Some("held-key"), &request.body);
         assert_in_progress(&waiting);
         assert_eq!(app.order_count(), 0, "the waiting request created nothing");
@@ -251,7 +252,7 @@ fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_an
     let request = CreateRequest::new("held-key", &order_body("Widget", 2, "9.99"));
 
     let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) = with_claim_held(&app.pool, app.settings.ledger(), &request, || {
+        let (held, waiting) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
             let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
             // Longer than SQLite's default busy timeout, well within the lease.
             std::thread::sleep(Duration::from_secs(6));
@@ -270,11 +271,11 @@ fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_an
     assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
 }
 
-/// SPEC §4: a holder that hangs past its lease loses its claim, the next
+/// SPEC §4: a holder that hangs past its lease loses its key, the next
 /// request takes the key over and runs, and the hung holder can never commit
 /// afterwards: one execution in all. PostgreSQL only: the server ends a
 /// session idle in its transaction for longer than the lease, which releases
-/// the claim while the holder still hangs.
+/// the key's advisory lock while the holder still hangs.
 #[test]
 #[cfg_attr(
     postgres_tests_ignored,
@@ -293,7 +294,7 @@ fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
     };
     let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
 
-    let (hung, (taken_over, in_progress)) = with_claim_held(&pool, ledger, &request, || {
+    let (hung, (taken_over, in_progress)) = with_key_held(&pool, ledger, &request, || {
         // The holder hangs until the takeover is done.
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut in_progress = 0;

@@ -27,6 +27,7 @@ mod outage;
 mod process;
 mod proxy;
 mod race;
+mod schema_parity;
 mod settings;
 mod shutdown;
 mod smoke;

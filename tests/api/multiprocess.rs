@@ -104,7 +104,8 @@ both_backends! {
 /// its key for at most IDEMPOTENCY_LEASE_SECS; after that the next request
 /// with that key takes it over and runs" — here the next request goes to the
 /// other process, which never restarts. The first process is killed while
-/// its request certainly holds the claim (blocked on a row the test holds).
+/// its request certainly holds the key (blocked on an order row the test
+/// holds, with the key's advisory lock taken).
 #[test]
 #[cfg_attr(
     postgres_tests_ignored,

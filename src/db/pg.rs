@@ -1,0 +1,114 @@
+//! PostgreSQL: the connection manager that drops a connection whose server
+//! went away, and the settings every pooled session starts with.
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
+
+/// How long a request waits on PostgreSQL for a lock another transaction
+/// holds (in practice: the advisory lock on its idempotency key, held by a
+/// concurrent request with the same key) before it is answered
+/// `409 IDEMPOTENCY_IN_PROGRESS`.
+pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
+/// An arbitrary, fixed advisory-lock id that serialises migrations when
+/// several processes start against one PostgreSQL database at once.
+pub(super) const PG_MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
+
+/// PostgreSQL connections for r2d2, which also drops a connection on which
+/// the thread that returns it saw the server go away.
+///
+/// diesel calls a `PgConnection` broken only when its transaction state is,
+/// so a connection that lost its server between two transactions would go
+/// back to the pool and fail every request that draws it ("no connection to
+/// the server") until the process restarts. A ping on every checkout would
+/// cost a round trip per request; instead [`classify`](super::classify)
+/// notes a lost connection on the current thread, and the connection that
+/// thread returns next is dropped (errors are classified before the
+/// connection that caused them goes back: both happen on the blocking thread
+/// that ran the query).
+#[derive(Debug)]
+pub struct PgManager(pub(super) ConnectionManager<PgConnection>);
+
+thread_local! {
+    static CONNECTION_LOST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the PostgreSQL connection this thread holds as lost.
+pub(super) fn note_connection_lost() {
+    CONNECTION_LOST.set(true);
+}
+
+/// A connection from the pool, with this thread's lost-connection flag
+/// cleared: it speaks of this connection only (a failure classified after an
+/// earlier connection went back must not drop this one).
+pub(super) fn checked_out(
+    pool: &r2d2::Pool<PgManager>,
+) -> Result<PooledConnection<PgManager>, r2d2::PoolError> {
+    let conn = pool.get()?;
+    CONNECTION_LOST.set(false);
+    Ok(conn)
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgConnection;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<PgConnection, r2d2::Error> {
+        self.0.connect()
+    }
+
+    fn is_valid(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
+        self.0.is_valid(conn)
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        CONNECTION_LOST.replace(false) | self.0.has_broken(conn)
+    }
+}
+
+/// Per-connection PostgreSQL settings: READ COMMITTED, how long a request
+/// waits for a lock another transaction holds (its key's advisory lock), and
+/// the lease that bounds how long any transaction may hold its key (a hung
+/// holder's session is ended by the server, so its transaction can never
+/// commit late).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PgSession {
+    pub(super) lease: Duration,
+}
+
+impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
+        let lease_ms = self.lease.as_millis().max(1);
+        // Strictly below `statement_timeout`: a duplicate waiting for a held
+        // key must be told IDEMPOTENCY_IN_PROGRESS, never a 503 (with equal
+        // timeouts the statement's, started first, fires first).
+        let lock_ms = PG_LOCK_WAIT.as_millis().min(lease_ms / 2).max(1);
+        // READ COMMITTED whatever the database's default: under `repeatable
+        // read` or `serializable` a race loser's `INSERT … ON CONFLICT`
+        // fails with a serialization error instead of seeing the winner.
+        // PostgreSQL 17+ also ends any transaction older than the lease
+        // (`transaction_timeout`); before it, a dead host's transaction
+        // lives at most one statement plus one idle moment: twice the lease.
+        let version: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "current_setting('server_version_num')::bigint",
+        ))
+        .get_result(conn)
+        .map_err(r2d2::Error::QueryError)?;
+        let transaction_timeout = if version >= 170_000 {
+            format!("SET transaction_timeout = {lease_ms};")
+        } else {
+            String::new()
+        };
+        conn.batch_execute(&format!(
+            "SET TIME ZONE 'UTC';
+             SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
+             SET lock_timeout = {lock_ms};
+             SET statement_timeout = {lease_ms};
+             SET idle_in_transaction_session_timeout = {lease_ms};
+             {transaction_timeout}"
+        ))
+        .map_err(r2d2::Error::QueryError)
+    }
+}
