@@ -355,8 +355,9 @@ impl Client {
 
 /// PostgreSQL: an uncommitted order row for `(user_id, key)`, held by the
 /// test. A server's create with that key then blocks on it inside its own
-/// transaction, after inserting its claim: a claim certainly held, for as
-/// long as the test likes (up to the server's `lock_timeout`).
+/// transaction, holding the key's advisory lock: a request with that key
+/// certainly in flight, for as long as the test likes (up to the server's
+/// `lock_timeout`).
 pub struct HeldOrderRow {
     conn: diesel::PgConnection,
 }
