@@ -567,9 +567,15 @@ mod tests {
         let seed = target_of(&args(&["--profile", "seed"])).unwrap();
         assert_eq!(seed.base_path(), "/orders");
         assert_eq!(seed.shape.list_query, "");
-        let renamed =
-            target_of(&args(&["--profile", "seed", "--quantity-field", "qty", "--base-path", "/api/orders/"]))
-                .unwrap();
+        let renamed = target_of(&args(&[
+            "--profile",
+            "seed",
+            "--quantity-field",
+            "qty",
+            "--base-path",
+            "/api/orders/",
+        ]))
+        .unwrap();
         assert_eq!(renamed.shape.quantity_field, "qty");
         assert_eq!(renamed.base_path(), "/api/orders");
         assert_eq!(renamed.shape.item_field, "item");
@@ -617,7 +623,10 @@ mod tests {
     fn a_target_that_cannot_be_reached_judges_nothing_and_the_run_fails() {
         let target = Target::new("http://127.0.0.1:1");
         let report = run_attacks(&target, &ATTACKS.iter().collect::<Vec<_>>(), false);
-        let tenancy = ATTACKS.iter().filter(|a| a.needs == Needs::TwoUsers).count();
+        let tenancy = ATTACKS
+            .iter()
+            .filter(|a| a.needs == Needs::TwoUsers)
+            .count();
         assert_eq!(report.not_run, ATTACKS.len() - tenancy);
         assert_eq!(report.skipped, tenancy);
         assert_eq!(

@@ -19,6 +19,10 @@ const EVIDENCE_CHARS: usize = 400;
 const RACE_EXCHANGES_KEPT: usize = 10;
 /// Pages of the listing read to find this run's orders.
 const LISTING_PAGES: usize = 5;
+/// The control's order: the attacks' usual valid order (quantity 2, price
+/// 9.99), so that a target that mixes keys up shows it in the attack.
+pub const CONTROL_QUANTITY: &str = "2";
+pub const CONTROL_PRICE: &str = "9.99";
 /// Response headers worth keeping as evidence; the rest is noise.
 const EVIDENCE_HEADERS: &[&str] = &[
     "content-type",
@@ -383,12 +387,14 @@ impl<'t> Probe<'t> {
                 (User::A, None) => "",
             };
             let key = self.key(&format!("{suffix}-control-{user:?}").to_ascii_lowercase());
-            let body = self.order_body("1", "1.00");
+            let body = self.order_body(CONTROL_QUANTITY, CONTROL_PRICE);
             let base = self.base().to_owned();
             let answer = self.send(Call::new("POST", &base).by(user).key(Some(&key)).json(body));
             self.control.extend(self.exchanges.pop());
             let answer = answer.map_err(|CannotJudge(why)| {
-                CannotJudge(format!("the control (a valid create with a fresh key{who}): {why}"))
+                CannotJudge(format!(
+                    "the control (a valid create with a fresh key{who}): {why}"
+                ))
             })?;
             let Some(id) = self.id_in(&answer).filter(|_| answer.success()) else {
                 return Err(CannotJudge(self.control_refused(&answer, who)));
@@ -422,7 +428,7 @@ impl<'t> Probe<'t> {
             ),
             400 | 415 | 422 => format!(
                 " — does it take orders as {} (--profile)?",
-                self.order_body("1", "1.00")
+                self.order_body(CONTROL_QUANTITY, CONTROL_PRICE)
             ),
             s if (200..300).contains(&s) => format!(
                 " — the answer has no order id in `{}` (--id-field, --profile)",

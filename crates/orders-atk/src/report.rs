@@ -38,7 +38,13 @@ fn text(report: &RunReport) -> String {
         report.server, report.shape.base_path, report.run_id, report.item
     );
     for check in &report.checks {
-        let _ = writeln!(out, "{}  {}  {}", check.verdict.label(), check.id, check.title);
+        let _ = writeln!(
+            out,
+            "{}  {}  {}",
+            check.verdict.label(),
+            check.id,
+            check.title
+        );
         out.push_str(&evidence(check, "      "));
     }
     let cleanup = &report.cleanup;
@@ -66,10 +72,7 @@ fn text(report: &RunReport) -> String {
         }
     }
     if report.deviations > 0 && !report.strict {
-        let _ = writeln!(
-            out,
-            "deviations do not fail the run without --strict"
-        );
+        let _ = writeln!(out, "deviations do not fail the run without --strict");
     }
     let _ = writeln!(out, "{}", report.summary());
     out
@@ -211,7 +214,11 @@ fn junit(report: &RunReport) -> String {
             xml(&format!("{} {}", check.id, check.title)),
             seconds(check.millis)
         );
-        let evidence = xml(&format!("{}\n{}", check.verdict.label(), evidence(check, "")));
+        let evidence = xml(&format!(
+            "{}\n{}",
+            check.verdict.label(),
+            evidence(check, "")
+        ));
         match &check.verdict {
             Verdict::Exposed { exposed } => {
                 let _ = write!(
@@ -224,7 +231,10 @@ fn junit(report: &RunReport) -> String {
                 let _ = write!(
                     out,
                     "\n      <failure message=\"{}\" type=\"deviation\">{evidence}</failure>\n    ",
-                    xml(&format!("BLOCKED with deviations (--strict): {}", check.deviations.join("; ")))
+                    xml(&format!(
+                        "BLOCKED with deviations (--strict): {}",
+                        check.deviations.join("; ")
+                    ))
                 );
             }
             Verdict::Blocked => {

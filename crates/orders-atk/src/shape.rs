@@ -71,7 +71,9 @@ impl Shape {
                 })?;
                 let shape: Self = serde_json::from_str(&text)
                     .map_err(|e| format!("--profile {file}: not a profile: {e}"))?;
-                shape.checked().map_err(|e| format!("--profile {file}: {e}"))
+                shape
+                    .checked()
+                    .map_err(|e| format!("--profile {file}: {e}"))
             }
         }
     }
@@ -101,7 +103,11 @@ impl Shape {
     pub fn body(&self, item: Option<&str>, quantity: Option<&str>, price: Option<&str>) -> String {
         let mut members = Vec::new();
         if let Some(item) = item {
-            members.push(format!("{}:{}", json_string(&self.item_field), json_string(item)));
+            members.push(format!(
+                "{}:{}",
+                json_string(&self.item_field),
+                json_string(item)
+            ));
         }
         for (name, text) in [(&self.quantity_field, quantity), (&self.price_field, price)] {
             if let Some(text) = text {
@@ -170,8 +176,14 @@ mod tests {
     #[test]
     fn an_id_may_be_a_string_or_a_number() {
         let shape = Shape::default();
-        assert_eq!(shape.id_of(&serde_json::json!({"id": "0193-a"})).as_deref(), Some("0193-a"));
-        assert_eq!(shape.id_of(&serde_json::json!({"id": 42})).as_deref(), Some("42"));
+        assert_eq!(
+            shape.id_of(&serde_json::json!({"id": "0193-a"})).as_deref(),
+            Some("0193-a")
+        );
+        assert_eq!(
+            shape.id_of(&serde_json::json!({"id": 42})).as_deref(),
+            Some("42")
+        );
         assert_eq!(shape.id_of(&serde_json::json!({"id": null})), None);
         assert_eq!(shape.id_of(&serde_json::json!({"order_id": 1})), None);
     }
@@ -192,15 +204,27 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("atk-profile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("shop.json");
-        std::fs::write(&file, r#"{"base_path": "/api/orders/", "quantity_field": "qty"}"#).unwrap();
+        std::fs::write(
+            &file,
+            r#"{"base_path": "/api/orders/", "quantity_field": "qty"}"#,
+        )
+        .unwrap();
         let shape = Shape::profile(file.to_str().unwrap()).unwrap();
         assert_eq!(shape.base_path, "/api/orders");
         assert_eq!(shape.quantity_field, "qty");
         assert_eq!(shape.item_field, "item");
         std::fs::write(&file, r#"{"base": "/x"}"#).unwrap();
-        assert!(Shape::profile(file.to_str().unwrap()).unwrap_err().contains("unknown field"));
+        assert!(
+            Shape::profile(file.to_str().unwrap())
+                .unwrap_err()
+                .contains("unknown field")
+        );
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(Shape::profile("seed").unwrap().base_path, "/orders");
-        assert!(Shape::profile("no-such-profile").unwrap_err().contains("built-in"));
+        assert!(
+            Shape::profile("no-such-profile")
+                .unwrap_err()
+                .contains("built-in")
+        );
     }
 }

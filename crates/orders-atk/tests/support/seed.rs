@@ -184,7 +184,7 @@ fn route(request: &Request, state: &mut State) -> Answer {
         ("GET", _, Some(id)) => match state
             .orders
             .iter()
-            .find(|o| o["id"].to_string() == id)
+            .find(|o| o["id"].as_u64().is_some_and(|n| n.to_string() == id))
         {
             Some(order) => answer(200, order.clone()),
             None => answer(404, json!({"error": "Order not found"})),
@@ -209,7 +209,10 @@ fn create(request: &Request, state: &mut State) -> Answer {
         .header("content-type")
         .is_some_and(|t| t.starts_with("application/json"));
     if !json_body {
-        return answer(400, json!({"error": "Content-Type must be application/json"}));
+        return answer(
+            400,
+            json!({"error": "Content-Type must be application/json"}),
+        );
     }
     let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
         return answer(400, json!({"error": "Invalid JSON"}));
