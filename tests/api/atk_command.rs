@@ -115,7 +115,7 @@ fn without_a_token_orders_api_atk_judges_nothing_says_what_the_control_got_and_e
         "{out}"
     );
     assert!(
-        out.contains("no --token was given: the target requires authentication"),
+        out.contains("; no --token was given, and the target requires authentication — "),
         "{out}"
     );
     assert!(

@@ -353,7 +353,8 @@ pub fn run_attacks(target: &Target, attacks: &[&'static Attack], keep: bool) -> 
         .iter()
         .flat_map(|c| c.orders.iter().cloned())
         .collect();
-    orders.sort();
+    // Numeric ids in their order (2 before 10), others as text.
+    orders.sort_by(|(u, a), (v, b)| (u, a.len(), a).cmp(&(v, b.len(), b)));
     orders.dedup();
     let cleanup = if keep {
         Cleanup {

@@ -419,26 +419,26 @@ impl<'t> Probe<'t> {
         let shape = self.shape();
         let hint = match answer.status {
             401 | 403 if self.target.token.is_none() => {
-                " — no --token was given: the target requires authentication".to_owned()
+                "; no --token was given, and the target requires authentication".to_owned()
             }
-            401 | 403 => " — is the token valid?".to_owned(),
+            401 | 403 => "; is the token valid?".to_owned(),
             404 | 405 => format!(
-                " — are its orders at {} (--base-path, --profile)?",
+                "; are its orders at {} (--base-path, --profile)?",
                 shape.base_path
             ),
             400 | 415 | 422 => format!(
-                " — does it take orders as {} (--profile)?",
+                "; does it take orders as {} (--profile)?",
                 self.order_body(CONTROL_QUANTITY, CONTROL_PRICE)
             ),
             s if (200..300).contains(&s) => format!(
-                " — the answer has no order id in `{}` (--id-field, --profile)",
+                "; the answer has no order id in `{}` (--id-field, --profile)",
                 shape.id_field
             ),
             _ => String::new(),
         };
         format!(
-            "the control (a valid create with a fresh key{who}) was answered {}{hint}: \
-             a target that refuses a valid request cannot show whether it blocks an attack",
+            "the control (a valid create with a fresh key{who}) was answered {}{hint} \
+             — a target that refuses a valid request cannot show whether it blocks an attack",
             answer.brief()
         )
     }

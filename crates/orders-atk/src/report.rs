@@ -9,8 +9,8 @@ use super::{CheckReport, Format, RunReport, Verdict};
 
 /// Body characters shown per exchange in the text of a check that was not blocked.
 const FULL_BODY_CHARS: usize = 300;
-/// Cleanup problems listed one by one; the rest are counted.
-const CLEANUP_PROBLEMS_SHOWN: usize = 5;
+/// Order ids named per cleanup problem; the rest are counted.
+const CLEANUP_IDS_SHOWN: usize = 5;
 
 pub fn render(report: &RunReport, format: Format) -> String {
     match format {
@@ -60,14 +60,27 @@ fn text(report: &RunReport) -> String {
             "\ncancelled {} of the {} order(s) of this run (item {})",
             cleanup.cancelled, cleanup.orders, report.item
         );
-        for problem in cleanup.problems.iter().take(CLEANUP_PROBLEMS_SHOWN) {
-            let _ = writeln!(out, "  could not cancel {problem}");
+        // One line per distinct answer: a target without DELETE answers each alike.
+        let mut by_answer: Vec<(&str, Vec<&str>)> = Vec::new();
+        for problem in &cleanup.problems {
+            let (id, answer) = problem.split_once(": ").unwrap_or((problem, ""));
+            match by_answer.iter_mut().find(|(a, _)| *a == answer) {
+                Some((_, ids)) => ids.push(id),
+                None => by_answer.push((answer, vec![id])),
+            }
         }
-        if cleanup.problems.len() > CLEANUP_PROBLEMS_SHOWN {
+        for (answer, ids) in by_answer {
+            let shown = ids
+                .iter()
+                .take(CLEANUP_IDS_SHOWN)
+                .copied()
+                .collect::<Vec<_>>();
+            let more = if ids.len() > shown.len() { ", …" } else { "" };
             let _ = writeln!(
                 out,
-                "  … and {} more",
-                cleanup.problems.len() - CLEANUP_PROBLEMS_SHOWN
+                "  could not cancel {} order(s) ({}{more}): {answer}",
+                ids.len(),
+                shown.join(", ")
             );
         }
     }

@@ -214,6 +214,7 @@ fn orders_atk_with_the_seed_profile_exits_non_zero_naming_the_exposed_checks() {
         "orders-atk: 2 of 16 checks EXPOSED: ATK-03, EXT-03",
         "{out}"
     );
+    eprintln!("{out}");
     let last = out.lines().last().unwrap_or_default();
     assert!(
         last.starts_with("12 blocked, 2 exposed, 0 not run, 2 skipped, ")
