@@ -270,8 +270,8 @@ fn expect_unchanged(
             read.brief()
         )));
     }
-    let then = order_facts(p, &expected.json().unwrap_or_default());
-    let now = order_facts(p, &read.json().unwrap_or_default());
+    let then = order_facts(p, &p.order_in(expected).unwrap_or_default());
+    let now = order_facts(p, &p.order_in(&read).unwrap_or_default());
     if now != then {
         p.expose(format!(
             "{by} changed the original order: it was {then}, it is now {now}"
@@ -281,9 +281,8 @@ fn expect_unchanged(
 }
 
 /// The member `field` of an answer's JSON body, as text.
-fn member(response: &Response, field: &str) -> String {
-    response
-        .json()
+fn member(p: &Probe<'_>, response: &Response, field: &str) -> String {
+    p.order_in(response)
         .and_then(|o| o.get(field).cloned())
         .map(|v| v.to_string())
         .unwrap_or_else(|| "(none)".into())
@@ -319,7 +318,7 @@ fn atk_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     if tampered.success() {
         match p.id_in(&tampered) {
             Some(same) if same == id => {
-                let quantity = member(&tampered, &p.shape().quantity_field.clone());
+                let quantity = member(p, &tampered, &p.shape().quantity_field);
                 p.expose(format!(
                     "{changed} was answered {} with the first order {id} (quantity {quantity}): \
                      the key's first answer was replayed for a different request, so the client \

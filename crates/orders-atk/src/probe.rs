@@ -104,9 +104,9 @@ impl Target {
         &self.shape.base_path
     }
 
-    /// `{base}/{id}`.
+    /// The path of order `id` (`{base}/{id}` by default).
     pub fn order_path(&self, id: &str) -> String {
-        format!("{}/{}", self.shape.base_path, percent_encode(id))
+        self.shape.order(&percent_encode(id))
     }
 
     pub(crate) fn token_of(&self, user: User) -> Option<&str> {
@@ -118,7 +118,14 @@ impl Target {
 
     /// The order id in an answer's body, in this target's shape.
     pub fn id_in(&self, response: &Response) -> Option<String> {
-        self.shape.id_of(&response.json()?)
+        let json = response.json()?;
+        self.shape.id_of(self.shape.order_in(&json)?)
+    }
+
+    /// The order an answer's body carries, in this target's shape.
+    pub fn order_in(&self, response: &Response) -> Option<Value> {
+        let json = response.json()?;
+        self.shape.order_in(&json).cloned()
     }
 
     pub(crate) fn agent(&self) -> ureq::Agent {
@@ -352,6 +359,11 @@ impl<'t> Probe<'t> {
     /// The order id in `response`, in the target's shape.
     pub fn id_in(&self, response: &Response) -> Option<String> {
         self.target.id_in(response)
+    }
+
+    /// The order `response` carries, in the target's shape.
+    pub fn order_in(&self, response: &Response) -> Option<Value> {
+        self.target.order_in(response)
     }
 
     pub fn note(&mut self, text: impl Into<String>) {
@@ -600,15 +612,15 @@ impl<'t> Probe<'t> {
         answers
     }
 
-    /// `GET {base}?{list_query}`, then `cursor=` for a later page.
+    /// `GET {list_path}?{list_query}`, then `cursor=` for a later page.
     fn list_path(&self, cursor: Option<&str>) -> String {
-        let query = &self.shape().list_query;
+        let (path, query) = (self.shape().listing(), &self.shape().list_query);
         let cursor = cursor.map(|c| format!("cursor={}", percent_encode(c)));
         match (query.is_empty(), cursor) {
-            (true, None) => self.base().to_owned(),
-            (false, None) => format!("{}?{query}", self.base()),
-            (true, Some(cursor)) => format!("{}?{cursor}", self.base()),
-            (false, Some(cursor)) => format!("{}?{query}&{cursor}", self.base()),
+            (true, None) => path.to_owned(),
+            (false, None) => format!("{path}?{query}"),
+            (true, Some(cursor)) => format!("{path}?{cursor}"),
+            (false, Some(cursor)) => format!("{path}?{query}&{cursor}"),
         }
     }
 

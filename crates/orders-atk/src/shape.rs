@@ -19,9 +19,16 @@ pub struct Shape {
     pub quantity_field: String,
     /// The order's price (a number).
     pub price_field: String,
-    /// The query string of the listing's first page (`GET {base_path}?{list_query}`);
+    /// Where the caller's orders are listed (empty: the base path). The
+    /// answer is a JSON array of orders, or an object with them under
+    /// `data` (or as its one array member).
+    pub list_path: String,
+    /// The query string of the listing's first page (`GET {list_path}?{list_query}`);
     /// later pages follow a `next_cursor` member, if any, as `cursor=`.
     pub list_query: String,
+    /// Where one order is read (`GET`), changed (`PATCH`) and cancelled
+    /// (`DELETE`), with `{id}` for its id (empty: `{base_path}/{id}`).
+    pub order_path: String,
     /// Members added to every order body the runner sends, e.g. `{"currency": "EUR"}`.
     pub extra: Map<String, Value>,
 }
@@ -35,7 +42,9 @@ impl Default for Shape {
             item_field: "item".to_owned(),
             quantity_field: "quantity".to_owned(),
             price_field: "price".to_owned(),
+            list_path: String::new(),
             list_query: "limit=100".to_owned(),
+            order_path: String::new(),
             extra: Map::new(),
         }
     }
@@ -95,7 +104,38 @@ impl Shape {
             }
         }
         self.list_query = self.list_query.trim_start_matches('?').to_owned();
+        self.list_path = self.list_path.trim().to_owned();
+        self.order_path = self.order_path.trim().to_owned();
+        for (what, path) in [
+            ("list path", &self.list_path),
+            ("order path", &self.order_path),
+        ] {
+            if !path.is_empty() && !path.starts_with('/') {
+                return Err(format!("{what} {path:?}: must start with /"));
+            }
+        }
+        if !self.order_path.is_empty() && !self.order_path.contains("{id}") {
+            return Err(format!("order path {:?}: has no {{id}}", self.order_path));
+        }
         Ok(self)
+    }
+
+    /// Where the orders are listed.
+    pub fn listing(&self) -> &str {
+        if self.list_path.is_empty() {
+            &self.base_path
+        } else {
+            &self.list_path
+        }
+    }
+
+    /// The path of order `id` (already encoded for a path).
+    pub fn order(&self, id: &str) -> String {
+        if self.order_path.is_empty() {
+            format!("{}/{id}", self.base_path)
+        } else {
+            self.order_path.replace("{id}", id)
+        }
     }
 
     /// An order body with `item` and the quantity's and price's JSON text
@@ -118,6 +158,17 @@ impl Shape {
             members.push(format!("{}:{value}", json_string(name)));
         }
         format!("{{{}}}", members.join(","))
+    }
+
+    /// The order an answer carries: the body itself, or the object under
+    /// its `data` member (an envelope), whichever has the id member.
+    pub fn order_in<'a>(&self, answer: &'a Value) -> Option<&'a Value> {
+        if answer.get(&self.id_field).is_some() {
+            return Some(answer);
+        }
+        answer
+            .get("data")
+            .filter(|d| d.get(&self.id_field).is_some())
     }
 
     /// The id of an order object, as text: a string as it is, a number as
@@ -186,6 +237,42 @@ mod tests {
         );
         assert_eq!(shape.id_of(&serde_json::json!({"id": null})), None);
         assert_eq!(shape.id_of(&serde_json::json!({"order_id": 1})), None);
+    }
+
+    #[test]
+    fn an_answer_carries_its_order_as_the_body_or_under_data() {
+        let shape = Shape::default();
+        let bare = serde_json::json!({"id": 7, "item": "x"});
+        assert_eq!(shape.order_in(&bare), Some(&bare));
+        let wrapped = serde_json::json!({"data": {"id": 7}, "meta": {}});
+        assert_eq!(
+            shape.order_in(&wrapped),
+            Some(&serde_json::json!({"id": 7}))
+        );
+        assert_eq!(shape.order_in(&serde_json::json!({"error": "no"})), None);
+    }
+
+    #[test]
+    fn the_paths_default_to_the_base_path_and_an_order_path_needs_an_id() {
+        let shape = Shape::seed();
+        assert_eq!(
+            (shape.listing(), shape.order("7").as_str()),
+            ("/orders", "/orders/7")
+        );
+        let own = Shape {
+            list_path: "/me/orders".into(),
+            order_path: "/order/{id}/view".into(),
+            ..Shape::default()
+        };
+        assert_eq!(
+            (own.listing(), own.order("7").as_str()),
+            ("/me/orders", "/order/7/view")
+        );
+        let wrong = Shape {
+            order_path: "/orders/one".into(),
+            ..Shape::default()
+        };
+        assert!(wrong.checked().unwrap_err().contains("{id}"));
     }
 
     #[test]

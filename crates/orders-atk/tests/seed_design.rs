@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
 use orders_atk::{ATTACKS, RunReport, Shape, Target, Verdict, run_attacks};
-use support::seed::SeedServer;
+use support::seed::{Dialect, SeedServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_orders-atk");
 
@@ -307,4 +307,75 @@ fn a_wrong_base_path_is_not_blocked_it_is_not_run_and_the_run_fails() {
     );
     assert!(err.starts_with("orders-atk: no check could run, nothing was judged: 2 not run, 0 skipped; ATK-01: the control"), "{err}");
     assert_eq!(seed.order_count(), 0);
+}
+
+#[test]
+fn a_profile_file_points_the_runner_at_the_same_design_in_another_shape_with_the_same_verdicts() {
+    // Another path, other names, string ids, everything under "data".
+    let seed = SeedServer::speaking(Dialect {
+        base: "/api/purchases",
+        item: "product",
+        quantity: "qty",
+        price: "unit_price",
+        string_ids: true,
+        envelope: true,
+    });
+    let dir = std::env::temp_dir().join(format!("atk-shape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("purchases.json");
+    std::fs::write(
+        &profile,
+        r#"{"base_path": "/api/purchases", "item_field": "product",
+            "quantity_field": "qty", "price_field": "unit_price", "list_query": ""}"#,
+    )
+    .unwrap();
+    let json = dir.join("report.json");
+
+    let output = orders_atk(&[
+        "--server",
+        &seed.address,
+        "--profile",
+        profile.to_str().unwrap(),
+        "--concurrency",
+        "8",
+        "--format",
+        "json",
+        "--out",
+        json.to_str().unwrap(),
+    ]);
+
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let exposed: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == "exposed")
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(exposed, ["ATK-03", "EXT-03"], "{out}");
+    assert_eq!(
+        (report["blocked"].as_u64(), report["not_run"].as_u64()),
+        (Some(12), Some(0)),
+        "{out}"
+    );
+    assert_eq!(report["shape"]["quantity_field"], "qty");
+    let atk_03 = &report["checks"][2];
+    assert!(
+        atk_03["exposed"][0]
+            .as_str()
+            .unwrap()
+            .contains(r#"with the first order p-"#),
+        "{atk_03:#}"
+    );
+    assert!(
+        atk_03["exchanges"][0]["request"]["body"]
+            .as_str()
+            .unwrap()
+            .contains(r#""qty":2,"unit_price":9.99"#),
+        "{atk_03:#}"
+    );
 }

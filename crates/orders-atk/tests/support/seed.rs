@@ -16,6 +16,10 @@
 //! It validates the body strictly (integer quantity ≥ 1, numeric price ≥ 0,
 //! a non-empty item) and runs one request at a time, so a race creates one
 //! order. std::net and a thread per connection; one request per connection.
+//!
+//! [`Dialect`] gives the same design another shape (another path, other
+//! member names, string ids, answers wrapped in `{"data": …}`), for the
+//! runner's profiles.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -26,6 +30,39 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+/// How the server writes its orders.
+#[derive(Clone)]
+pub struct Dialect {
+    pub base: &'static str,
+    pub item: &'static str,
+    pub quantity: &'static str,
+    pub price: &'static str,
+    /// Ids as strings (`"p-1"`) instead of integers.
+    pub string_ids: bool,
+    /// Every answer's order (or list) under `data`.
+    pub envelope: bool,
+}
+
+impl Dialect {
+    /// The seed's own: `/orders`, `item`/`quantity`/`price`, integer ids, bare bodies.
+    pub const SEED: Dialect = Dialect {
+        base: "/orders",
+        item: "item",
+        quantity: "quantity",
+        price: "price",
+        string_ids: false,
+        envelope: false,
+    };
+
+    fn wrap(&self, body: Value) -> Value {
+        if self.envelope {
+            json!({ "data": body })
+        } else {
+            body
+        }
+    }
+}
 
 /// The seed's design on a free port of 127.0.0.1, until dropped.
 pub struct SeedServer {
@@ -43,18 +80,26 @@ struct Answer {
     location: Option<String>,
 }
 
-#[derive(Default)]
 struct State {
+    dialect: Dialect,
     orders: Vec<Value>,
     keys: HashMap<String, Answer>,
 }
 
 impl SeedServer {
     pub fn start() -> Self {
+        Self::speaking(Dialect::SEED)
+    }
+
+    pub fn speaking(dialect: Dialect) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the seed server");
         listener.set_nonblocking(true).expect("non-blocking");
         let address = format!("http://{}", listener.local_addr().expect("address"));
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            dialect,
+            orders: Vec::new(),
+            keys: HashMap::new(),
+        }));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (stop, state) = (Arc::clone(&stop), Arc::clone(&state));
@@ -177,20 +222,28 @@ fn answer(status: u16, body: Value) -> Answer {
 }
 
 fn route(request: &Request, state: &mut State) -> Answer {
-    let id = request.path.strip_prefix("/orders/");
-    match (request.method.as_str(), request.path.as_str(), id) {
-        ("POST", "/orders", _) => create(request, state),
-        ("GET", "/orders", _) => answer(200, Value::Array(state.orders.clone())),
-        ("GET", _, Some(id)) => match state
-            .orders
-            .iter()
-            .find(|o| o["id"].as_u64().is_some_and(|n| n.to_string() == id))
-        {
-            Some(order) => answer(200, order.clone()),
+    let d = state.dialect.clone();
+    let path = request.path.as_str();
+    let id = path
+        .strip_prefix(d.base)
+        .and_then(|rest| rest.strip_prefix('/'));
+    match (request.method.as_str(), path == d.base, id) {
+        ("POST", true, _) => create(request, state),
+        ("GET", true, _) => answer(200, d.wrap(Value::Array(state.orders.clone()))),
+        ("GET", _, Some(id)) => match state.orders.iter().find(|o| id_text(&o["id"]) == id) {
+            Some(order) => answer(200, d.wrap(order.clone())),
             None => answer(404, json!({"error": "Order not found"})),
         },
-        (_, "/orders", _) | (_, _, Some(_)) => answer(405, json!({"error": "Method not allowed"})),
+        (_, true, _) | (_, _, Some(_)) => answer(405, json!({"error": "Method not allowed"})),
         _ => answer(404, json!({"error": "Not found"})),
+    }
+}
+
+/// An id as it appears in a path.
+fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(id) => id.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -217,34 +270,39 @@ fn create(request: &Request, state: &mut State) -> Answer {
     let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
         return answer(400, json!({"error": "Invalid JSON"}));
     };
+    let d = state.dialect.clone();
     let mut errors = Vec::new();
-    let item = body["item"].as_str().filter(|i| !i.trim().is_empty());
+    let item = body[d.item].as_str().filter(|i| !i.trim().is_empty());
     if item.is_none() {
-        errors.push("item is required");
+        errors.push(format!("{} is required", d.item));
     }
-    let quantity = body["quantity"].as_i64().filter(|q| *q >= 1);
+    let quantity = body[d.quantity].as_i64().filter(|q| *q >= 1);
     if quantity.is_none() {
-        errors.push("quantity must be a positive integer");
+        errors.push(format!("{} must be a positive integer", d.quantity));
     }
-    let price = body["price"].as_f64().filter(|p| *p >= 0.0);
-    if price.is_none() {
-        errors.push("price must be a number >= 0");
+    if body[d.price].as_f64().is_none_or(|p| p < 0.0) {
+        errors.push(format!("{} must be a number >= 0", d.price));
     }
     if !errors.is_empty() {
-        return answer(422, json!({"errors": errors}));
+        return answer(422, json!({ "errors": errors }));
     }
-    let id = state.orders.len() + 1;
-    let order = json!({
-        "id": id,
-        "item": item,
-        "quantity": quantity,
-        "price": body["price"],
-    });
+    let n = state.orders.len() + 1;
+    let id = if d.string_ids {
+        Value::from(format!("p-{n}"))
+    } else {
+        Value::from(n)
+    };
+    let mut order = serde_json::Map::new();
+    order.insert("id".into(), id.clone());
+    order.insert(d.item.into(), Value::from(item));
+    order.insert(d.quantity.into(), Value::from(quantity));
+    order.insert(d.price.into(), body[d.price].clone());
+    let order = Value::Object(order);
     state.orders.push(order.clone());
     let created = Answer {
         status: 201,
-        body: order.to_string(),
-        location: Some(format!("/orders/{id}")),
+        body: d.wrap(order).to_string(),
+        location: Some(format!("{}/{}", d.base, id_text(&id))),
     };
     state.keys.insert(key.to_owned(), created.clone());
     created
