@@ -442,10 +442,15 @@ impl<'t> Probe<'t> {
                 "; does it take orders as {} (--profile)?",
                 self.order_body(CONTROL_QUANTITY, CONTROL_PRICE)
             ),
-            s if (200..300).contains(&s) => format!(
-                "; the answer has no order id in `{}` (--id-field, --profile)",
-                shape.id_field
-            ),
+            s if (200..300).contains(&s) => {
+                return format!(
+                    "the control (a valid create with a fresh key{who}) was answered {} \
+                     without an order id in `{}` (--id-field, --profile) — without the \
+                     order's id a check cannot tell what an attack did",
+                    answer.brief(),
+                    shape.id_field
+                );
+            }
             _ => String::new(),
         };
         format!(

@@ -379,3 +379,31 @@ fn a_profile_file_points_the_runner_at_the_same_design_in_another_shape_with_the
         "{atk_03:#}"
     );
 }
+
+#[test]
+fn a_wrong_id_field_is_not_run_and_says_which_member_it_looked_for() {
+    let seed = SeedServer::start();
+
+    let output = orders_atk(&[
+        "--server",
+        &seed.address,
+        "--profile",
+        "seed",
+        "--id-field",
+        "order_id",
+        "--only",
+        "ATK-04",
+    ]);
+
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("was answered 201 {\"id\":1,")
+            && out.contains("without an order id in `order_id` (--id-field, --profile)"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("\n0 blocked, 0 exposed, 1 not run, 0 skipped, 0 deviations\n"),
+        "{out}"
+    );
+}
