@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The attack suite as a user runs it: `orders-api atk` against a live
-# `orders-api serve`, on SQLite and on PostgreSQL, with two users' tokens.
-# Keeps one JUnit file per backend and prints where.
+# `orders-api serve`, on SQLite and on PostgreSQL, with two users' tokens and
+# --strict (every attack BLOCKED, no deviation from the contract), and once
+# without a token (nothing can be judged: it must exit non-zero). Keeps one
+# JUnit file per backend and prints where.
 #
 # Settings (environment):
 #   TEST_DATABASE_URL  an admin URL of a PostgreSQL server whose user may create
@@ -48,7 +50,9 @@ cleanup() {
 trap cleanup EXIT
 
 # attack NAME DATABASE_URL: serves DATABASE_URL on a free port, runs every
-# check against it, writes $reports/atk-NAME.xml; non-zero when a check failed.
+# check against it, writes $reports/atk-NAME.xml; non-zero when an attack was
+# exposed, a check deviated from the contract, or a run without a token
+# did not fail.
 attack() {
   local name=$1 url=$2 log=$work/$1.log status=0 address= token_a token_b
   token_a=$(DATABASE_URL=$url "$binary" keys create atk-user-a)
@@ -58,7 +62,20 @@ attack() {
 
   echo "== orders-api atk against $address ($name)"
   ORDERS_API_TOKEN=$token_a ORDERS_API_TOKEN_B=$token_b \
-    "$binary" atk --server "$address" --format junit --out "$reports/atk-$name.xml" || status=$?
+    "$binary" atk --server "$address" --strict --format junit --out "$reports/atk-$name.xml" || status=$?
+
+  # Without a token every control is refused 401: nothing is judged, and
+  # the run must say so with a non-zero exit, not pass.
+  echo "== orders-api atk against $address ($name) without a token: must judge nothing"
+  local no_token=$work/$name-no-token
+  if env -u ORDERS_API_TOKEN -u ORDERS_API_TOKEN_B "$binary" atk --server "$address" \
+    --only ATK-01,ATK-03 >"$no_token.out" 2>"$no_token.err"; then
+    echo "orders-api atk without a token exited 0 ($name):" >&2
+    cat "$no_token.out" "$no_token.err" >&2
+    status=1
+  else
+    tail -n 1 "$no_token.out"
+  fi
 
   if grep -qF -e "$token_a" -e "$token_b" "$log"; then
     echo "the server log contains a bearer token ($name)" >&2

@@ -1,7 +1,9 @@
 //! One test per attack scenario of SPEC §5 and per extra the `atk` command
 //! judges: each runs the command's own definition (`orders_atk`)
-//! against the spawned server, so CI and `orders-api atk` cannot drift
-//! apart, then checks in the database what HTTP cannot see.
+//! against the spawned server — it must be BLOCKED, with no deviation from
+//! the contract — so CI and `orders-api atk` cannot drift apart, then checks
+//! in the database what HTTP cannot see. Each check's control (a valid
+//! create with a fresh key) leaves one order and one ledger entry per user.
 
 use orders_atk::probe::Answer;
 use orders_atk::{self as atk, CheckReport, Target};
@@ -24,14 +26,20 @@ pub fn target_of(app: &TestApp) -> Target {
 }
 
 /// Runs the attack `id` against `app` and fails, with its evidence, unless
-/// it passed. Returns the report.
-fn assert_attack_passes(app: &TestApp, id: &str) -> CheckReport {
+/// it was blocked exactly as the contract says (no deviation). Returns the
+/// report.
+fn assert_attack_blocked(app: &TestApp, id: &str) -> CheckReport {
     let attack = atk::find(id).unwrap_or_else(|| panic!("{id} is not defined"));
     let report = attack.run(&target_of(app));
     assert!(
-        report.passed(),
-        "{id} failed against this service:\n{}",
+        report.blocked() && report.deviations.is_empty(),
+        "{id} against this service is {}:\n{}",
+        report.verdict.label(),
         report.evidence()
+    );
+    assert_eq!(
+        report.control.len(),
+        1 + usize::from(attack.needs == atk::Needs::TwoUsers)
     );
     report
 }
@@ -79,20 +87,23 @@ fn failing_fields_of(report: &CheckReport) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Nothing stored: no order, and the key the attack used is still unused.
+/// Nothing stored but the control's order: the key the attack used is still unused.
 fn assert_nothing_stored(app: &TestApp) {
-    assert_eq!(app.order_count(), 0, "a refused order is not stored");
+    assert_eq!(app.order_count(), CONTROL, "a refused order is not stored");
     assert_eq!(
         app.ledger_count(),
-        0,
+        CONTROL,
         "a refused request leaves its key unused"
     );
 }
 
+/// The orders (and ledger entries) a one-user check's control leaves.
+const CONTROL: i64 = 1;
+
 both_backends! {
     fn atk_01_a_post_without_an_idempotency_key_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-01");
+        let report = assert_attack_blocked(&app, "ATK-01");
         assert_codes(&report, 400, "VALIDATION_FAILED");
         assert_eq!(json(answers(&report)[0])["detail"], MISSING_KEY_DETAIL);
         assert_nothing_stored(&app);
@@ -100,7 +111,7 @@ both_backends! {
 
     fn atk_02_an_empty_or_whitespace_only_key_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-02");
+        let report = assert_attack_blocked(&app, "ATK-02");
         assert_eq!(answers(&report).len(), 5);
         for answer in answers(&report) {
             assert_eq!(json(answer)["detail"], MISSING_KEY_DETAIL);
@@ -110,11 +121,11 @@ both_backends! {
 
     fn atk_03_replaying_a_key_with_a_changed_body_is_a_conflict_and_the_original_order_is_unchanged(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-03");
+        let report = assert_attack_blocked(&app, "ATK-03");
         assert_codes(&report, 409, "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD");
         let created = json(answers(&report)[0]);
         let id = created["id"].as_str().expect("id");
-        assert_eq!(app.order_count(), 1, "no new order");
+        assert_eq!(app.order_count(), CONTROL + 1, "no new order");
         assert_eq!(
             stored_order(&app, "alice", id),
             Some(created.clone()),
@@ -125,18 +136,18 @@ both_backends! {
 
     fn atk_04_two_different_keys_create_two_orders_by_design(backend) {
         let app = TestApp::spawn(backend);
-        assert_attack_passes(&app, "ATK-04");
-        assert_eq!(app.order_count(), 2);
-        assert_eq!(app.ledger_count(), 2);
+        assert_attack_blocked(&app, "ATK-04");
+        assert_eq!(app.order_count(), CONTROL + 2);
+        assert_eq!(app.ledger_count(), CONTROL + 2);
     }
 
     fn atk_05_concurrent_requests_with_one_key_create_exactly_one_order(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-05");
+        let report = assert_attack_blocked(&app, "ATK-05");
         let rounds = report.notes.iter().filter(|n| n.starts_with("round ")).count();
         assert_eq!(rounds, 3, "{:?}", report.notes);
-        assert_eq!(app.order_count(), 3, "one order per round");
-        assert_eq!(app.ledger_count(), 3, "one ledger entry per round's key");
+        assert_eq!(app.order_count(), CONTROL + 3, "one order per round");
+        assert_eq!(app.ledger_count(), CONTROL + 3, "one ledger entry per round's key");
         for answer in answers(&report).into_iter().filter(|a| a.status == 409) {
             assert_eq!(json(answer)["error"], "IDEMPOTENCY_IN_PROGRESS");
         }
@@ -144,21 +155,21 @@ both_backends! {
 
     fn atk_06_a_negative_quantity_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-06");
+        let report = assert_attack_blocked(&app, "ATK-06");
         assert_eq!(failing_fields_of(&report), vec![vec!["quantity"]; 2]);
         assert_nothing_stored(&app);
     }
 
     fn atk_07_a_zero_quantity_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-07");
+        let report = assert_attack_blocked(&app, "ATK-07");
         assert_eq!(failing_fields_of(&report), vec![vec!["quantity"]]);
         assert_nothing_stored(&app);
     }
 
     fn atk_08_a_missing_item_or_other_required_field_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-08");
+        let report = assert_attack_blocked(&app, "ATK-08");
         assert_eq!(
             failing_fields_of(&report),
             vec![
@@ -173,7 +184,7 @@ both_backends! {
 
     fn atk_09_a_cross_origin_form_post_is_refused_and_foreign_origins_get_no_cors_grant(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-09");
+        let report = assert_attack_blocked(&app, "ATK-09");
         assert_codes(&report, 415, "UNSUPPORTED_MEDIA_TYPE");
         let preflight = answers(&report)[3];
         if preflight.status >= 400 {
@@ -182,7 +193,7 @@ both_backends! {
                 "a refused preflight is a problem like every other error: {preflight:?}"
             );
         }
-        assert_eq!(app.order_count(), 1, "only the JSON request created an order");
+        assert_eq!(app.order_count(), CONTROL + 1, "only the JSON request created an order");
     }
 
     fn atk_09_an_allowed_origin_does_get_the_cors_grant(backend) {
@@ -265,14 +276,14 @@ both_backends! {
 
     fn atk_10_a_negative_price_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-10");
+        let report = assert_attack_blocked(&app, "ATK-10");
         assert_eq!(failing_fields_of(&report), vec![vec!["price"]; 2]);
         assert_nothing_stored(&app);
     }
 
     fn atk_11_a_quantity_given_as_a_string_or_a_float_is_refused_and_creates_nothing(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-11");
+        let report = assert_attack_blocked(&app, "ATK-11");
         let sent: Vec<&str> = report
             .exchanges
             .iter()
@@ -288,7 +299,7 @@ both_backends! {
 
     fn atk_12_sql_in_the_key_is_an_opaque_key_and_the_tables_are_intact(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "ATK-12");
+        let report = assert_attack_blocked(&app, "ATK-12");
         assert!(
             report.exchanges.iter().any(|e| e
                 .request
@@ -298,41 +309,41 @@ both_backends! {
             "{}",
             report.evidence()
         );
-        assert_eq!(app.order_count(), 3, "one order per key, tables intact");
-        assert_eq!(app.ledger_count(), 3);
+        assert_eq!(app.order_count(), CONTROL + 3, "one order per key, tables intact");
+        assert_eq!(app.ledger_count(), CONTROL + 3);
     }
 
     fn ext_01_the_same_key_used_by_another_user_is_an_unrelated_key(backend) {
         let app = TestApp::spawn(backend);
-        assert_attack_passes(&app, "EXT-01");
-        assert_eq!(app.order_count(), 2, "one order per user");
-        assert_eq!(app.ledger_count(), 2, "one ledger entry per user's key");
+        assert_attack_blocked(&app, "EXT-01");
+        assert_eq!(app.order_count(), 2 * CONTROL + 2, "one order per user");
+        assert_eq!(app.ledger_count(), 2 * CONTROL + 2, "one ledger entry per user's key");
     }
 
     fn ext_02_another_users_order_answers_404_like_a_nonexistent_one_and_stays_unchanged(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "EXT-02");
+        let report = assert_attack_blocked(&app, "EXT-02");
         assert_codes(&report, 404, "NOT_FOUND");
         let created = json(answers(&report)[0]);
         let id = created["id"].as_str().expect("id");
         assert_eq!(stored_order(&app, "alice", id), Some(created.clone()));
         assert_eq!(stored_order(&app, "bob", id), None);
-        assert_eq!(app.order_count(), 1);
+        assert_eq!(app.order_count(), 2 * CONTROL + 1);
     }
 
     fn ext_03_a_key_over_255_characters_is_refused_and_one_of_255_is_accepted(backend) {
         let app = TestApp::spawn(backend);
-        let report = assert_attack_passes(&app, "EXT-03");
+        let report = assert_attack_blocked(&app, "EXT-03");
         let refused = json(answers(&report)[0]);
         assert!(refused["detail"].as_str().unwrap_or_default().contains("255"), "{refused}");
-        assert_eq!(app.order_count(), 1);
-        assert_eq!(app.ledger_count(), 1);
+        assert_eq!(app.order_count(), CONTROL + 1);
+        assert_eq!(app.ledger_count(), CONTROL + 1);
     }
 
     fn ext_04_a_replay_preserves_location_content_type_and_body(backend) {
         let app = TestApp::spawn(backend);
-        assert_attack_passes(&app, "EXT-04");
-        assert_eq!(app.order_count(), 1);
-        assert_eq!(app.ledger_count(), 1);
+        assert_attack_blocked(&app, "EXT-04");
+        assert_eq!(app.order_count(), CONTROL + 1);
+        assert_eq!(app.ledger_count(), CONTROL + 1);
     }
 }

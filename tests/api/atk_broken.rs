@@ -1,7 +1,8 @@
 //! The attack definitions judge behaviour: put the real server behind a
 //! front that breaks one rule (the way a careless gateway or a naive
-//! implementation would) and the attack that guards that rule fails, with
-//! evidence that shows the break.
+//! implementation would) and the attack that guards that rule says so, with
+//! evidence that shows the break — EXPOSED where the break lets the attack
+//! achieve something, a deviation where it only changes an answer.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -12,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use orders_api::db::Backend;
-use orders_atk::{self as atk, Outcome};
+use orders_atk::{self as atk, Verdict};
 use serde_json::Value;
 
 use crate::atk::target_of;
@@ -257,85 +258,95 @@ fn serve(client: TcpStream, shared: &Shared) {
     let _ = client.flush();
 }
 
-/// Each rule broken, the attack that must catch it, and what its reason
-/// must say.
-const CASES: &[(Breakage, &str, &str)] = &[
+/// What a check must say about a front that breaks one rule.
+#[derive(Debug, Clone, Copy)]
+enum Judged {
+    /// EXPOSED, and one of its exposures says this.
+    Exposed(&'static str),
+    /// BLOCKED (the break achieved nothing), with a deviation that says this.
+    Deviation(&'static str),
+}
+
+/// Each rule broken, the attack that must catch it, and what it must say.
+const CASES: &[(Breakage, &str, Judged)] = &[
     (
         Breakage::FillsMissingKeys,
         "ATK-01",
-        "expected 400, got 201 with order",
+        Judged::Exposed("a POST without Idempotency-Key created 1 order(s): "),
     ),
     (
         Breakage::FillsMissingKeys,
         "ATK-02",
-        "expected 400, got 201 with order",
+        Judged::Exposed("a blank key created 5 order(s): "),
     ),
     (
         Breakage::ConflictAsReplay,
         "ATK-03",
-        "was answered 200 with the first order",
+        Judged::Exposed("was answered 200 with the first order"),
     ),
     (
         Breakage::OneKeyForAll,
         "ATK-04",
-        "the second key: expected 201, got 200 with order",
+        Judged::Exposed("the second key was answered 200 with the first key's order"),
     ),
     (
         Breakage::FreshKeyPerRequest,
         "ATK-05",
-        "8 concurrent requests with one key created ",
+        Judged::Exposed("8 concurrent requests with one key created "),
     ),
+    // A 201 that names no order created nothing: judged by state, it is a
+    // deviation, not an exposure.
     (
         Breakage::InvalidAsCreated,
         "ATK-06",
-        "expected 422, got 201",
+        Judged::Deviation("201 where the contract says 422: quantity -1, quantity -1000000"),
     ),
     (
         Breakage::InvalidAsCreated,
         "ATK-07",
-        "expected 422, got 201",
+        Judged::Deviation("201 where the contract says 422: quantity 0"),
     ),
     (
         Breakage::InvalidAsCreated,
         "ATK-08",
-        "expected 422, got 201",
+        Judged::Deviation("201 where the contract says 422: no item, no quantity, no price, {}"),
     ),
     (
         Breakage::AnyOriginAllowed,
         "ATK-09",
-        "`Access-Control-Allow-Origin: *`",
+        Judged::Exposed("`Access-Control-Allow-Origin: *`"),
     ),
     (
         Breakage::InvalidAsCreated,
         "ATK-10",
-        "expected 422, got 201",
+        Judged::Deviation("201 where the contract says 422: price -0.01, price -9.99"),
     ),
     (
         Breakage::CoercesQuantity,
         "ATK-11",
-        "expected 422, got 201 with order",
+        Judged::Exposed("quantity 1e2 or quantity true or quantity null created 1 order(s): "),
     ),
     (
         Breakage::FreshKeyPerRequest,
         "ATK-12",
-        "expected 200, got 201 with order",
+        Judged::Exposed("6 orders for 3 key(s) with SQL in them, each sent twice"),
     ),
     (
         Breakage::OneKeyForAll,
         "EXT-03",
-        "a key of 256 characters: expected 400, got 201",
+        Judged::Exposed("a key of 256 characters was accepted (200 with order "),
     ),
     (
         Breakage::DropsReplayLocation,
         "EXT-04",
-        "Location is (none)",
+        Judged::Deviation("a retry's Location is (none)"),
     ),
 ];
 
 #[test]
-fn each_attack_fails_with_its_evidence_against_a_target_that_breaks_its_rule() {
+fn each_attack_is_judged_with_its_evidence_against_a_target_that_breaks_its_rule() {
     let app = TestApp::spawn(Backend::Sqlite);
-    for &(breakage, id, says) in CASES {
+    for &(breakage, id, judged) in CASES {
         let front = BrokenFront::new(&app.address, breakage);
         let mut target = target_of(&app);
         target.server = front.address.clone();
@@ -344,33 +355,40 @@ fn each_attack_fails_with_its_evidence_against_a_target_that_breaks_its_rule() {
         let report = atk::find(id).expect("defined").run(&target);
 
         let case = format!("{id} behind a front that {breakage:?}");
-        eprintln!("--- {case}\n{}", report.evidence());
-        let Outcome::Fail { reason } = &report.outcome else {
-            panic!("{case} did not fail:\n{}", report.evidence());
+        let evidence = report.evidence();
+        eprintln!("--- {case}\n{evidence}");
+        let said = match (judged, &report.verdict) {
+            (Judged::Exposed(says), Verdict::Exposed { exposed }) => {
+                exposed.iter().find(|e| e.contains(says)).cloned()
+            }
+            (Judged::Deviation(says), Verdict::Blocked) => {
+                report.deviations.iter().find(|d| d.contains(says)).cloned()
+            }
+            _ => None,
+        };
+        let Some(said) = said else {
+            panic!(
+                "{case} should be {judged:?}, is {}:\n{evidence}",
+                report.verdict.label()
+            );
         };
         assert!(
-            reason.contains(says),
-            "{case}: the reason should say {says:?}:\n{}",
-            report.evidence()
-        );
-        assert!(
-            !report.exchanges.is_empty() && report.evidence().contains(reason),
-            "{case}: no evidence:\n{}",
-            report.evidence()
+            !report.exchanges.is_empty() && evidence.contains(&said),
+            "{case}: no evidence:\n{evidence}"
         );
         if id == "ATK-05" {
-            // The reason names every order the duplicates created.
-            let ids: Vec<&str> = reason
+            // The exposure names every order the duplicates created.
+            let ids: Vec<&str> = said
                 .rsplit(": ")
                 .next()
                 .unwrap_or_default()
                 .split(", ")
                 .collect();
-            assert!(ids.len() >= 2, "{reason}");
+            assert!(ids.len() >= 2, "{said}");
             for order in ids {
                 assert!(
                     crate::expect::stored_order(&app, "alice", order).is_some(),
-                    "{order} is not an order: {reason}"
+                    "{order} is not an order: {said}"
                 );
             }
         }
@@ -378,7 +396,7 @@ fn each_attack_fails_with_its_evidence_against_a_target_that_breaks_its_rule() {
 }
 
 #[test]
-fn each_attack_still_passes_through_a_front_that_breaks_nothing_it_judges() {
+fn each_attack_is_still_blocked_without_deviation_through_a_front_that_breaks_nothing_it_judges() {
     // The front itself (Connection: close, rewritten lengths) changes no verdict.
     let app = TestApp::spawn(Backend::Sqlite);
     let front = BrokenFront::new(&app.address, Breakage::DropsReplayLocation);
@@ -387,6 +405,10 @@ fn each_attack_still_passes_through_a_front_that_breaks_nothing_it_judges() {
     target.concurrency = 8;
     for id in ["ATK-01", "ATK-03", "ATK-05", "ATK-09", "ATK-11"] {
         let report = atk::find(id).expect("defined").run(&target);
-        assert!(report.passed(), "{id}:\n{}", report.evidence());
+        assert!(
+            report.blocked() && report.deviations.is_empty(),
+            "{id}:\n{}",
+            report.evidence()
+        );
     }
 }

@@ -1,10 +1,11 @@
-//! `orders-api atk`, the real binary, against a spawned server: its exit
-//! code, its summary line, its JUnit file, its cleanup.
+//! `orders-api atk`, the real binary, against a spawned server: its
+//! verdicts, its exit code, its count line, its JUnit and JSON files, its
+//! cleanup.
 
 use std::process::{Command, Output};
 
 use orders_api::db::Backend;
-use orders_atk::ATTACKS;
+use orders_atk::{ATTACKS, Needs};
 
 use crate::atk_broken::{Breakage, BrokenFront};
 use crate::both_backends;
@@ -33,7 +34,7 @@ fn stderr(output: &Output) -> String {
 }
 
 both_backends! {
-    fn orders_api_atk_passes_every_check_against_this_service_writes_junit_and_cancels_its_orders(backend) {
+    fn orders_api_atk_finds_every_attack_blocked_by_this_service_exits_0_writes_junit_and_cancels_its_orders(backend) {
         let app = TestApp::spawn(backend);
         let bob = app.create_token("bob");
         let junit = std::env::temp_dir().join(format!("atk-{}.xml", uuid::Uuid::new_v4().simple()));
@@ -51,10 +52,14 @@ both_backends! {
         let (out, err) = (stdout(&output), stderr(&output));
         assert!(output.status.success(), "exit {:?}\n{out}\n{err}", output.status);
         let all = ATTACKS.len();
-        assert!(out.contains(&format!("\n{all} passed, 0 failed, 0 skipped\n")), "{out}");
+        assert!(
+            out.ends_with(&format!("\n{all} blocked, 0 exposed, 0 not run, 0 skipped, 0 deviations\n")),
+            "{out}"
+        );
         for attack in ATTACKS {
-            assert!(out.contains(&format!("PASS  {}  {}", attack.id, attack.title)), "{out}");
+            assert!(out.contains(&format!("BLOCKED  {}  {}", attack.id, attack.title)), "{out}");
         }
+        assert!(!out.contains("deviation:"), "{out}");
         assert!(!out.contains(&app.token) && !out.contains(&bob), "the report shows no token");
 
         let xml = std::fs::read_to_string(&junit).expect("the JUnit file");
@@ -63,6 +68,8 @@ both_backends! {
         assert!(xml.contains(&format!(r#"tests="{all}" failures="0""#)), "{xml}");
         assert_eq!(xml.matches("<testcase ").count(), all, "{xml}");
         assert_eq!(xml.matches("<failure").count(), 0, "{xml}");
+        assert_eq!(xml.matches("<skipped").count(), 0, "{xml}");
+        assert!(xml.contains(&format!(r#"<property name="blocked" value="{all}"/>"#)), "{xml}");
         assert!(!xml.contains(&app.token), "the JUnit file shows no token");
 
         // Every order the run created is cancelled, for both users.
@@ -82,22 +89,45 @@ both_backends! {
 }
 
 #[test]
-fn without_tokens_orders_api_atk_skips_every_check_says_why_and_exits_0() {
+fn without_a_token_orders_api_atk_judges_nothing_says_what_the_control_got_and_exits_non_zero() {
     let app = TestApp::spawn(Backend::Sqlite);
 
     let output = orders_api_atk(&["--server", &app.address], &[]);
 
-    let out = stdout(&output);
-    assert!(output.status.success(), "{out}\n{}", stderr(&output));
+    let (out, err) = (stdout(&output), stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}\n{err}");
+    let tenancy = ATTACKS
+        .iter()
+        .filter(|a| a.needs == Needs::TwoUsers)
+        .count();
+    let one_user = ATTACKS.len() - tenancy;
     assert!(
-        out.contains(&format!(
-            "\n0 passed, 0 failed, {} skipped\n",
-            ATTACKS.len()
+        out.ends_with(&format!(
+            "\n0 blocked, 0 exposed, {one_user} not run, {tenancy} skipped, 0 deviations\n"
         )),
         "{out}"
     );
-    assert!(out.contains("SKIP  ATK-03"), "{out}");
-    assert!(out.contains("skipped: no --token"), "{out}");
+    assert!(out.contains("NOT RUN  ATK-03"), "{out}");
+    assert_eq!(
+        out.matches("not run: the control (a valid create with a fresh key) was answered 401 ")
+            .count(),
+        one_user,
+        "{out}"
+    );
+    assert!(
+        out.contains("; no --token was given, and the target requires authentication — "),
+        "{out}"
+    );
+    assert!(
+        out.contains("control: POST /v1/orders Idempotency-Key:"),
+        "the control's exchange is the evidence: {out}"
+    );
+    assert!(out.contains("(no Authorization; run "), "{out}");
+    assert!(
+        err.starts_with("orders-api: no check could run, nothing was judged: "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(app.order_count(), 0);
 }
 
@@ -118,12 +148,20 @@ fn without_a_second_token_orders_api_atk_skips_only_the_tenancy_checks() {
 
     let out = stdout(&output);
     assert!(output.status.success(), "{out}\n{}", stderr(&output));
-    assert!(out.contains("\n1 passed, 0 failed, 2 skipped\n"), "{out}");
-    assert_eq!(out.matches("skipped: no --token-b").count(), 2, "{out}");
+    assert!(
+        out.ends_with("\n1 blocked, 0 exposed, 0 not run, 2 skipped, 0 deviations\n"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("skipped: the tenancy checks need two users")
+            .count(),
+        2,
+        "{out}"
+    );
 }
 
 #[test]
-fn orders_api_atk_exits_non_zero_with_the_evidence_when_a_check_fails() {
+fn orders_api_atk_exits_non_zero_with_the_evidence_when_an_attack_is_exposed() {
     let app = TestApp::spawn(Backend::Sqlite);
     let front = BrokenFront::new(&app.address, Breakage::ConflictAsReplay);
     let json = std::env::temp_dir().join(format!("atk-{}.json", uuid::Uuid::new_v4().simple()));
@@ -145,21 +183,37 @@ fn orders_api_atk_exits_non_zero_with_the_evidence_when_a_check_fails() {
     let (out, err) = (stdout(&output), stderr(&output));
     eprintln!("{out}");
     assert_eq!(output.status.code(), Some(1), "{out}\n{err}");
-    assert!(out.contains("FAIL  ATK-03"), "{out}");
+    assert!(out.contains("EXPOSED  ATK-03"), "{out}");
+    assert!(out.contains("BLOCKED  ATK-01"), "{out}");
     assert!(
         out.contains("was answered 200 with the first order"),
         "{out}"
     );
-    assert!(out.contains("\n1 passed, 1 failed, 0 skipped\n"), "{out}");
-    assert_eq!(err.trim(), "orders-api: 1 of 2 checks failed");
+    assert!(
+        out.ends_with("\n1 blocked, 1 exposed, 0 not run, 0 skipped, 0 deviations\n"),
+        "{out}"
+    );
+    assert_eq!(err.trim(), "orders-api: 1 of 2 checks EXPOSED: ATK-03");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
             .expect("JSON");
     let _ = std::fs::remove_file(&json);
-    assert_eq!(report["failed"], 1);
+    assert_eq!(report["exposed"], 1);
+    assert_eq!(report["blocked"], 1);
+    assert_eq!(report["checks"][0]["verdict"], "blocked");
     let atk_03 = &report["checks"][1];
     assert_eq!(atk_03["id"], "ATK-03");
-    assert_eq!(atk_03["status"], "fail");
+    assert_eq!(atk_03["verdict"], "exposed");
+    assert!(
+        atk_03["exposed"][0]
+            .as_str()
+            .is_some_and(|e| e.contains("was answered 200 with the first order")),
+        "{atk_03:#}"
+    );
+    assert_eq!(
+        atk_03["control"][0]["response"]["status"], 201,
+        "{atk_03:#}"
+    );
     assert_eq!(
         atk_03["exchanges"][1]["response"]["status"], 200,
         "{atk_03:#}"

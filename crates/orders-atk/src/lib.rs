@@ -1,5 +1,10 @@
 //! `orders-api atk`: the attack scenarios of SPEC §5 against a live
-//! deployment, judged over HTTP, reported pass / fail / skip with evidence.
+//! deployment of the Idempotency-Key pattern — this service or any other
+//! implementation, of any order shape, with or without authentication.
+//! Each check first makes sure the target accepts a valid request (its
+//! control), then judges what the attack achieved: BLOCKED (nothing),
+//! EXPOSED (the evidence says what), or not run with the reason; a blocked
+//! attack refused otherwise than this contract says carries a deviation.
 //!
 //! Each attack is defined once, in [`checks::ATTACKS`]; the integration suite
 //! runs exactly these definitions against the server it spawns, so the
@@ -8,6 +13,7 @@
 pub mod checks;
 pub mod probe;
 mod report;
+pub mod shape;
 pub mod wire;
 
 use std::io::Write;
@@ -18,7 +24,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use checks::{ATTACKS, Attack, Needs};
-pub use probe::{Exchange, Failure, Target, User};
+pub use probe::{CannotJudge, Exchange, Target, User};
+pub use shape::Shape;
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 pub const DEFAULT_BASE_PATH: &str = "/v1/orders";
@@ -30,21 +37,41 @@ pub struct AtkArgs {
     /// The deployment to attack (it writes to it: orders whose item is `atk-<run id>`).
     #[arg(long, default_value = DEFAULT_SERVER)]
     pub server: String,
-    /// User A's bearer token; without one, the authenticated checks are skipped.
+    /// User A's bearer token; without one, requests carry no Authorization
+    /// (for a target without authentication).
     #[arg(long, env = "ORDERS_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// A second user's bearer token, for the tenancy checks (skipped without it).
     #[arg(long = "token-b", env = "ORDERS_API_TOKEN_B", hide_env_values = true)]
     pub token_b: Option<String>,
-    /// Where the orders collection lives on the server.
-    #[arg(long = "base-path", default_value = DEFAULT_BASE_PATH)]
-    pub base_path: String,
+    /// The target's shape: `orders-api` (this API, the default), `seed`
+    /// (`/orders`, no auth, integer ids), or a JSON profile file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+    /// Where the orders collection lives [default: the profile's, /v1/orders].
+    #[arg(long = "base-path", value_name = "PATH")]
+    pub base_path: Option<String>,
+    /// The order member that holds its id [default: the profile's, id].
+    #[arg(long = "id-field", value_name = "NAME")]
+    pub id_field: Option<String>,
+    /// The order member that holds its item [default: the profile's, item].
+    #[arg(long = "item-field", value_name = "NAME")]
+    pub item_field: Option<String>,
+    /// The order member that holds its quantity [default: the profile's, quantity].
+    #[arg(long = "quantity-field", value_name = "NAME")]
+    pub quantity_field: Option<String>,
+    /// The order member that holds its price [default: the profile's, price].
+    #[arg(long = "price-field", value_name = "NAME")]
+    pub price_field: Option<String>,
     /// Run only these checks, e.g. `ATK-03,ATK-05`.
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     pub only: Vec<String>,
     /// Concurrent requests in one round of the race (ATK-05).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub concurrency: u32,
+    /// Fail the run on a deviation from this contract too, not only on an exposure.
+    #[arg(long)]
+    pub strict: bool,
     /// The report's format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -78,17 +105,44 @@ pub enum AtkError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{failed} of {total} checks failed")]
-    Failed { failed: usize, total: usize },
+    #[error("{exposed} of {total} checks EXPOSED: {ids}")]
+    Exposed {
+        exposed: usize,
+        total: usize,
+        ids: String,
+    },
+    #[error("no check could run, nothing was judged: {reason}")]
+    NothingRan { reason: String },
+    #[error("{deviations} deviation(s) from the contract (--strict): {ids}")]
+    Deviations { deviations: usize, ids: String },
 }
 
-/// How one check ended.
+/// What a check found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum Outcome {
-    Pass,
-    Fail { reason: String },
-    Skip { reason: String },
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The attack achieved nothing.
+    Blocked,
+    /// The attack achieved something: each entry says what.
+    Exposed { exposed: Vec<String> },
+    /// The check could not judge: its control failed, or the target gave
+    /// no way to tell what the attack did.
+    NotRun { reason: String },
+    /// The check does not apply to this run (the tenancy checks without a
+    /// second user).
+    Skipped { reason: String },
+}
+
+impl Verdict {
+    /// `BLOCKED`, `EXPOSED`, `NOT RUN`, `SKIPPED`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Verdict::Blocked => "BLOCKED",
+            Verdict::Exposed { .. } => "EXPOSED",
+            Verdict::NotRun { .. } => "NOT RUN",
+            Verdict::Skipped { .. } => "SKIPPED",
+        }
+    }
 }
 
 /// One check's result and its evidence.
@@ -98,9 +152,15 @@ pub struct CheckReport {
     pub title: &'static str,
     pub sends: &'static str,
     pub expects: &'static str,
+    pub exposed_if: &'static str,
     #[serde(flatten)]
-    pub outcome: Outcome,
+    pub verdict: Verdict,
+    /// Where a blocked attack was answered otherwise than this contract.
+    pub deviations: Vec<String>,
     pub notes: Vec<String>,
+    /// The control's requests and answers (a valid create with a fresh key).
+    pub control: Vec<Exchange>,
+    /// The attack's requests and answers.
     pub exchanges: Vec<Exchange>,
     /// Orders of this run the check created or was answered, by user.
     #[serde(skip)]
@@ -109,18 +169,24 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    pub fn passed(&self) -> bool {
-        self.outcome == Outcome::Pass
+    pub fn blocked(&self) -> bool {
+        self.verdict == Verdict::Blocked
     }
 
-    /// What the text report shows of this check: its reason, notes and exchanges.
+    pub fn exposed(&self) -> bool {
+        matches!(self.verdict, Verdict::Exposed { .. })
+    }
+
+    /// What the text report shows of this check: its verdict's reasons,
+    /// deviations, notes and exchanges.
     pub fn evidence(&self) -> String {
         report::evidence(self, "  ")
     }
 }
 
 impl Attack {
-    /// Runs this attack against `target`, or says why it cannot.
+    /// Runs this attack against `target`: its control, then the attack, then
+    /// the verdict.
     pub fn run(&'static self, target: &Target) -> CheckReport {
         let started = Instant::now();
         let mut report = CheckReport {
@@ -128,59 +194,58 @@ impl Attack {
             title: self.title,
             sends: self.sends,
             expects: self.expects,
-            outcome: Outcome::Pass,
+            exposed_if: self.exposed_if,
+            verdict: Verdict::Blocked,
+            deviations: Vec::new(),
             notes: Vec::new(),
+            control: Vec::new(),
             exchanges: Vec::new(),
             orders: Vec::new(),
             millis: 0,
         };
-        if let Some(reason) = self.missing(target) {
-            report.outcome = Outcome::Skip { reason };
+        let users: &[User] = match self.needs {
+            Needs::OneUser => &[User::A],
+            Needs::TwoUsers => &[User::A, User::B],
+        };
+        if self.needs == Needs::TwoUsers && (target.token.is_none() || target.token_b.is_none()) {
+            report.verdict = Verdict::Skipped {
+                reason: "the tenancy checks need two users of the target: --token \
+                         (ORDERS_API_TOKEN) and --token-b (ORDERS_API_TOKEN_B)"
+                    .into(),
+            };
             return report;
         }
         let mut probe = probe::Probe::new(target);
-        let result = probe
-            .take_baseline()
-            .and_then(|()| (self.check)(&mut probe));
-        if let Err(Failure(reason)) = result {
-            report.outcome = Outcome::Fail { reason };
-        }
+        let judged = probe
+            .control(users, &self.id.to_ascii_lowercase())
+            .map_err(|CannotJudge(why)| why)
+            .and_then(|()| {
+                (self.check)(&mut probe)
+                    .map_err(|CannotJudge(why)| format!("the attack could not be judged: {why}"))
+            });
+        report.verdict = match (probe.exposures.is_empty(), judged) {
+            (false, _) => Verdict::Exposed {
+                exposed: std::mem::take(&mut probe.exposures),
+            },
+            (true, Err(reason)) => Verdict::NotRun { reason },
+            (true, Ok(())) => Verdict::Blocked,
+        };
         // Whatever the check saw, and whatever the listing shows now, is cleaned up later.
         let mut orders = probe.seen.clone();
-        for user in [User::A, User::B] {
-            if let Ok(created) = probe.new_orders(user) {
-                orders.extend(
-                    created
-                        .iter()
-                        .filter_map(|o| o.get("id")?.as_str())
-                        .map(|id| (user, id.to_owned())),
-                );
-            }
-            if self.needs == Needs::Token {
-                break;
+        for &user in users {
+            if probe.lists(user)
+                && let Ok(ids) = probe.run_order_ids(user)
+            {
+                orders.extend(ids.into_iter().map(|id| (user, id)));
             }
         }
         report.orders = orders.into_iter().collect();
+        report.deviations = probe.deviations;
         report.notes = probe.notes;
+        report.control = probe.control;
         report.exchanges = probe.exchanges;
         report.millis = started.elapsed().as_millis();
         report
-    }
-
-    /// Why this attack cannot run against `target`, if it cannot.
-    fn missing(&self, target: &Target) -> Option<String> {
-        if target.token.is_none() {
-            return Some(
-                "no --token (ORDERS_API_TOKEN): this check sends authenticated requests".into(),
-            );
-        }
-        if self.needs == Needs::TwoUsers && target.token_b.is_none() {
-            return Some(
-                "no --token-b (ORDERS_API_TOKEN_B): the tenancy checks need a second user's token"
-                    .into(),
-            );
-        }
-        None
     }
 }
 
@@ -195,14 +260,19 @@ pub fn find(id: &str) -> Option<&'static Attack> {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     pub server: String,
-    pub base_path: String,
+    pub shape: Shape,
+    pub authenticated: bool,
+    pub strict: bool,
     pub run_id: String,
     pub item: String,
     pub checks: Vec<CheckReport>,
     pub cleanup: Cleanup,
-    pub passed: usize,
-    pub failed: usize,
+    pub blocked: usize,
+    pub exposed: usize,
+    pub not_run: usize,
     pub skipped: usize,
+    /// Deviation notes of all checks.
+    pub deviations: usize,
     pub millis: u128,
 }
 
@@ -213,17 +283,64 @@ pub struct Cleanup {
     pub kept: bool,
     pub orders: usize,
     pub cancelled: usize,
-    /// Cancels that did not answer 200: `id: status`.
+    /// Cancels that did not answer 2xx: `id: status`.
     pub problems: Vec<String>,
 }
 
 impl RunReport {
-    /// `N passed, N failed, N skipped`.
+    /// `N blocked, N exposed, N not run, N skipped, N deviations`.
     pub fn summary(&self) -> String {
         format!(
-            "{} passed, {} failed, {} skipped",
-            self.passed, self.failed, self.skipped
+            "{} blocked, {} exposed, {} not run, {} skipped, {} deviations",
+            self.blocked, self.exposed, self.not_run, self.skipped, self.deviations
         )
+    }
+
+    /// `Ok` when at least one check ran and none was exposed (and, when
+    /// `strict`, none deviated); else why not.
+    pub fn outcome(&self) -> Result<(), AtkError> {
+        let ids = |keep: fn(&CheckReport) -> bool| {
+            self.checks
+                .iter()
+                .filter(|c| keep(c))
+                .map(|c| c.id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if self.exposed > 0 {
+            return Err(AtkError::Exposed {
+                exposed: self.exposed,
+                total: self.checks.len(),
+                ids: ids(CheckReport::exposed),
+            });
+        }
+        if self.blocked == 0 {
+            let first = self.checks.iter().find_map(|c| match &c.verdict {
+                Verdict::NotRun { reason } => Some(format!("{}: {reason}", c.id)),
+                _ => None,
+            });
+            let first = first.or_else(|| {
+                self.checks.iter().find_map(|c| match &c.verdict {
+                    Verdict::Skipped { reason } => Some(format!("{}: {reason}", c.id)),
+                    _ => None,
+                })
+            });
+            return Err(AtkError::NothingRan {
+                reason: format!(
+                    "{} not run, {} skipped; {}",
+                    self.not_run,
+                    self.skipped,
+                    first.unwrap_or_else(|| "no check selected".into())
+                ),
+            });
+        }
+        if self.strict && self.deviations > 0 {
+            return Err(AtkError::Deviations {
+                deviations: self.deviations,
+                ids: ids(|c| !c.deviations.is_empty()),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -236,7 +353,8 @@ pub fn run_attacks(target: &Target, attacks: &[&'static Attack], keep: bool) -> 
         .iter()
         .flat_map(|c| c.orders.iter().cloned())
         .collect();
-    orders.sort();
+    // Numeric ids in their order (2 before 10), others as text.
+    orders.sort_by(|(u, a), (v, b)| (u, a.len(), a).cmp(&(v, b.len(), b)));
     orders.dedup();
     let cleanup = if keep {
         Cleanup {
@@ -247,22 +365,27 @@ pub fn run_attacks(target: &Target, attacks: &[&'static Attack], keep: bool) -> 
     } else {
         cancel_all(target, &orders)
     };
-    let count = |f: fn(&Outcome) -> bool| checks.iter().filter(|c| f(&c.outcome)).count();
+    let count = |f: fn(&Verdict) -> bool| checks.iter().filter(|c| f(&c.verdict)).count();
     RunReport {
         server: target.server.clone(),
-        base_path: target.base_path.clone(),
+        shape: target.shape.clone(),
+        authenticated: target.token.is_some(),
+        strict: false,
         run_id: target.run_id.clone(),
         item: target.item(),
-        passed: count(|o| matches!(o, Outcome::Pass)),
-        failed: count(|o| matches!(o, Outcome::Fail { .. })),
-        skipped: count(|o| matches!(o, Outcome::Skip { .. })),
+        blocked: count(|v| matches!(v, Verdict::Blocked)),
+        exposed: count(|v| matches!(v, Verdict::Exposed { .. })),
+        not_run: count(|v| matches!(v, Verdict::NotRun { .. })),
+        skipped: count(|v| matches!(v, Verdict::Skipped { .. })),
+        deviations: checks.iter().map(|c| c.deviations.len()).sum(),
         checks,
         cleanup,
         millis: started.elapsed().as_millis(),
     }
 }
 
-/// Cancels each order as its owner, with a key of this run.
+/// Cancels each order as its owner (without `Authorization` on a target
+/// without authentication), with a key of this run.
 fn cancel_all(target: &Target, orders: &[(User, String)]) -> Cleanup {
     let agent = target.agent();
     let mut cleanup = Cleanup {
@@ -270,21 +393,16 @@ fn cancel_all(target: &Target, orders: &[(User, String)]) -> Cleanup {
         ..Cleanup::default()
     };
     for (user, id) in orders {
-        let token = match user {
-            User::A => target.token.as_deref(),
-            User::B => target.token_b.as_deref(),
-        };
-        let Some(token) = token else { continue };
-        let headers = [
-            ("Authorization".to_owned(), format!("Bearer {token}")),
-            (
-                "Idempotency-Key".to_owned(),
-                format!("atk-{}-cancel-{id}", target.run_id),
-            ),
-        ];
-        let url = format!("{}{}/{id}", target.server, target.base_path);
+        let mut headers = vec![(
+            "Idempotency-Key".to_owned(),
+            format!("atk-{}-cancel-{id}", target.run_id),
+        )];
+        if let Some(token) = target.token_of(*user) {
+            headers.push(("Authorization".to_owned(), format!("Bearer {token}")));
+        }
+        let url = format!("{}{}", target.server, target.order_path(id));
         match probe::request(&agent, "DELETE", &url, &headers, None) {
-            Ok(r) if r.status == 200 => cleanup.cancelled += 1,
+            Ok(r) if r.success() => cleanup.cancelled += 1,
             Ok(r) => cleanup.problems.push(format!("{id}: {}", r.brief())),
             Err(e) => cleanup.problems.push(format!("{id}: {e}")),
         }
@@ -292,13 +410,14 @@ fn cancel_all(target: &Target, orders: &[(User, String)]) -> Cleanup {
     cleanup
 }
 
-/// `orders-api atk`: checks the flags, runs, reports; `Err` when a check
-/// failed or the run could not start.
+/// `orders-api atk`: checks the flags, runs, reports; `Err` when an attack
+/// was exposed, nothing could run, or (with `--strict`) a check deviated.
 pub fn run(args: &AtkArgs) -> Result<(), AtkError> {
     let target = target_of(args)?;
     let attacks = select(&args.only)?;
     reachable(&target)?;
-    let report = run_attacks(&target, &attacks, args.keep);
+    let mut report = run_attacks(&target, &attacks, args.keep);
+    report.strict = args.strict;
 
     let rendered = report::render(&report, args.format);
     let mut stdout = std::io::stdout().lock();
@@ -313,23 +432,18 @@ pub fn run(args: &AtkArgs) -> Result<(), AtkError> {
                 source,
             })?;
             let text = report::render(&report, Format::Text);
-            stdout.write_all(text.as_bytes()).map_err(stdout_error)?;
             writeln!(stdout, "report written to {}", path.display()).map_err(stdout_error)?;
+            stdout.write_all(text.as_bytes()).map_err(stdout_error)?;
         }
         None => stdout
             .write_all(rendered.as_bytes())
             .map_err(stdout_error)?,
     }
     stdout.flush().map_err(stdout_error)?;
-    if report.failed > 0 {
-        return Err(AtkError::Failed {
-            failed: report.failed,
-            total: report.checks.len(),
-        });
-    }
-    Ok(())
+    report.outcome()
 }
 
+/// The target the flags describe: the profile's shape, each field flag over it.
 fn target_of(args: &AtkArgs) -> Result<Target, AtkError> {
     let server = args.server.trim().trim_end_matches('/');
     let uri: ureq::http::Uri = server
@@ -358,14 +472,23 @@ fn target_of(args: &AtkArgs) -> Result<Target, AtkError> {
              pass --allow-remote to attack it anyway"
         )));
     }
-    let base_path = args.base_path.trim().trim_end_matches('/');
-    if !base_path.starts_with('/') {
-        return Err(AtkError::Usage(format!(
-            "--base-path {base_path}: must start with /"
-        )));
+    let mut shape = match &args.profile {
+        Some(profile) => Shape::profile(profile.trim()).map_err(AtkError::Usage)?,
+        None => Shape::default(),
+    };
+    for (flag, field) in [
+        (&args.base_path, &mut shape.base_path),
+        (&args.id_field, &mut shape.id_field),
+        (&args.item_field, &mut shape.item_field),
+        (&args.quantity_field, &mut shape.quantity_field),
+        (&args.price_field, &mut shape.price_field),
+    ] {
+        if let Some(value) = flag {
+            value.trim().clone_into(field);
+        }
     }
     let mut target = Target::new(server);
-    target.base_path = base_path.to_owned();
+    target.shape = shape.checked().map_err(AtkError::Usage)?;
     target.token = args.token.clone().filter(|t| !t.trim().is_empty());
     target.token_b = args.token_b.clone().filter(|t| !t.trim().is_empty());
     target.concurrency = args.concurrency as usize;
@@ -402,7 +525,7 @@ fn select(only: &[String]) -> Result<Vec<&'static Attack>, AtkError> {
 
 /// Fails when the server gives no HTTP answer at all.
 fn reachable(target: &Target) -> Result<(), AtkError> {
-    let url = format!("{}{}", target.server, target.base_path);
+    let url = format!("{}{}", target.server, target.base_path());
     probe::request(&target.agent(), "GET", &url, &[], None)
         .map(|_| ())
         .map_err(|reason| AtkError::Unreachable {
@@ -432,10 +555,32 @@ mod tests {
     fn the_defaults_are_those_of_the_issue() {
         let a = args(&[]);
         assert_eq!(a.server, "http://127.0.0.1:8080");
-        assert_eq!(a.base_path, "/v1/orders");
         assert_eq!(a.concurrency, 50);
         assert_eq!(a.format, Format::Text);
-        assert!(!a.keep && !a.allow_remote && a.only.is_empty());
+        assert!(!a.keep && !a.allow_remote && !a.strict && a.only.is_empty());
+        let target = target_of(&a).unwrap();
+        assert_eq!(target.shape, Shape::default());
+        assert_eq!(target.base_path(), "/v1/orders");
+    }
+
+    #[test]
+    fn the_seed_profile_is_the_seed_s_shape_and_a_flag_overrides_one_member() {
+        let seed = target_of(&args(&["--profile", "seed"])).unwrap();
+        assert_eq!(seed.base_path(), "/orders");
+        assert_eq!(seed.shape.list_query, "");
+        let renamed = target_of(&args(&[
+            "--profile",
+            "seed",
+            "--quantity-field",
+            "qty",
+            "--base-path",
+            "/api/orders/",
+        ]))
+        .unwrap();
+        assert_eq!(renamed.shape.quantity_field, "qty");
+        assert_eq!(renamed.base_path(), "/api/orders");
+        assert_eq!(renamed.shape.item_field, "item");
+        assert!(target_of(&args(&["--base-path", "orders"])).is_err());
     }
 
     #[test]
@@ -476,19 +621,33 @@ mod tests {
     }
 
     #[test]
-    fn without_tokens_every_check_is_skipped_with_its_reason() {
+    fn a_target_that_cannot_be_reached_judges_nothing_and_the_run_fails() {
         let target = Target::new("http://127.0.0.1:1");
         let report = run_attacks(&target, &ATTACKS.iter().collect::<Vec<_>>(), false);
-        assert_eq!(report.skipped, ATTACKS.len());
+        let tenancy = ATTACKS
+            .iter()
+            .filter(|a| a.needs == Needs::TwoUsers)
+            .count();
+        assert_eq!(report.not_run, ATTACKS.len() - tenancy);
+        assert_eq!(report.skipped, tenancy);
         assert_eq!(
             report.summary(),
-            format!("0 passed, 0 failed, {} skipped", ATTACKS.len())
+            format!(
+                "0 blocked, 0 exposed, {} not run, {tenancy} skipped, 0 deviations",
+                ATTACKS.len() - tenancy
+            )
         );
         for check in &report.checks {
-            assert!(
-                matches!(&check.outcome, Outcome::Skip { reason } if reason.contains("--token")),
-                "{check:?}"
-            );
+            match &check.verdict {
+                Verdict::NotRun { reason } => {
+                    assert!(reason.starts_with("the control"), "{reason}");
+                    assert_eq!(check.control.len(), 1, "{check:?}");
+                }
+                Verdict::Skipped { reason } => assert!(reason.contains("--token-b"), "{reason}"),
+                other => panic!("{}: {other:?}", check.id),
+            }
         }
+        let refused = report.outcome().unwrap_err().to_string();
+        assert!(refused.starts_with("no check could run"), "{refused}");
     }
 }

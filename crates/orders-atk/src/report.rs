@@ -1,13 +1,16 @@
 //! A run's report as text (for people), JSON (everything) or JUnit XML
-//! (for CI).
+//! (for CI). Each carries every check's verdict, its reasons and its
+//! deviations; the text's last line counts them.
 
 use std::fmt::Write;
 
 use super::probe::{Exchange, trim};
-use super::{CheckReport, Format, Outcome, RunReport};
+use super::{CheckReport, Format, RunReport, Verdict};
 
-/// Body characters shown per exchange in the text of a failed check.
-const FAILED_BODY_CHARS: usize = 300;
+/// Body characters shown per exchange in the text of a check that was not blocked.
+const FULL_BODY_CHARS: usize = 300;
+/// Order ids named per cleanup problem; the rest are counted.
+const CLEANUP_IDS_SHOWN: usize = 5;
 
 pub fn render(report: &RunReport, format: Format) -> String {
     match format {
@@ -22,26 +25,23 @@ pub fn render(report: &RunReport, format: Format) -> String {
     }
 }
 
-fn label(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Pass => "PASS",
-        Outcome::Fail { .. } => "FAIL",
-        Outcome::Skip { .. } => "SKIP",
-    }
-}
-
 fn text(report: &RunReport) -> String {
     let mut out = String::new();
+    let auth = if report.authenticated {
+        "bearer tokens"
+    } else {
+        "no Authorization"
+    };
     let _ = writeln!(
         out,
-        "orders-api atk against {}{} (run {}, orders' item {})\n",
-        report.server, report.base_path, report.run_id, report.item
+        "orders-api atk against {}{} ({auth}; run {}, orders' item {})\n",
+        report.server, report.shape.base_path, report.run_id, report.item
     );
     for check in &report.checks {
         let _ = writeln!(
             out,
             "{}  {}  {}",
-            label(&check.outcome),
+            check.verdict.label(),
             check.id,
             check.title
         );
@@ -60,47 +60,82 @@ fn text(report: &RunReport) -> String {
             "\ncancelled {} of the {} order(s) of this run (item {})",
             cleanup.cancelled, cleanup.orders, report.item
         );
+        // One line per distinct answer: a target without DELETE answers each alike.
+        let mut by_answer: Vec<(&str, Vec<&str>)> = Vec::new();
         for problem in &cleanup.problems {
-            let _ = writeln!(out, "  could not cancel {problem}");
+            let (id, answer) = problem.split_once(": ").unwrap_or((problem, ""));
+            match by_answer.iter_mut().find(|(a, _)| *a == answer) {
+                Some((_, ids)) => ids.push(id),
+                None => by_answer.push((answer, vec![id])),
+            }
         }
+        for (answer, ids) in by_answer {
+            let shown = ids
+                .iter()
+                .take(CLEANUP_IDS_SHOWN)
+                .copied()
+                .collect::<Vec<_>>();
+            let more = if ids.len() > shown.len() { ", …" } else { "" };
+            let _ = writeln!(
+                out,
+                "  could not cancel {} order(s) ({}{more}): {answer}",
+                ids.len(),
+                shown.join(", ")
+            );
+        }
+    }
+    if report.deviations > 0 && !report.strict {
+        let _ = writeln!(out, "deviations do not fail the run without --strict");
     }
     let _ = writeln!(out, "{}", report.summary());
     out
 }
 
 /// What a check saw, one line per fact, each starting with `indent`: for a
-/// skip its reason; for a pass the requests and statuses; for a failure the
-/// reason and every exchange with headers and bodies.
+/// skip its reason; for a blocked attack its deviations, the requests and
+/// statuses; otherwise the reasons, the expectation and every exchange with
+/// headers and bodies.
 pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
     let mut out = String::new();
-    match &check.outcome {
-        Outcome::Skip { reason } => {
+    match &check.verdict {
+        Verdict::Skipped { reason } => {
             let _ = writeln!(out, "{indent}skipped: {reason}");
             return out;
         }
-        Outcome::Fail { reason } => {
-            let _ = writeln!(out, "{indent}why: {reason}");
+        Verdict::NotRun { reason } => {
+            let _ = writeln!(out, "{indent}not run: {reason}");
+        }
+        Verdict::Exposed { exposed } => {
+            for what in exposed {
+                let _ = writeln!(out, "{indent}exposed: {what}");
+            }
             let _ = writeln!(out, "{indent}expected: {}", check.expects);
         }
-        Outcome::Pass => {}
+        Verdict::Blocked => {}
+    }
+    for deviation in &check.deviations {
+        let _ = writeln!(out, "{indent}deviation: {deviation}");
     }
     for note in &check.notes {
         let _ = writeln!(out, "{indent}{note}");
     }
-    let full = !check.passed();
+    let full = !check.blocked();
+    for exchange in &check.control {
+        out.push_str(&exchange_text(exchange, indent, "control: ", full));
+    }
     for exchange in &check.exchanges {
-        out.push_str(&exchange_text(exchange, indent, full));
+        out.push_str(&exchange_text(exchange, indent, "", full));
     }
     out
 }
 
-fn exchange_text(exchange: &Exchange, indent: &str, full: bool) -> String {
+fn exchange_text(exchange: &Exchange, indent: &str, prefix: &str, full: bool) -> String {
     let request = &exchange.request;
     let user = request
         .user
         .map(|u| format!(" as {u:?}"))
         .unwrap_or_default();
-    let mut line = format!("{indent}{} {}{user}", request.method, request.path);
+    let mut line = format!("{indent}{prefix}{} {}{user}", request.method, request.path);
     let shown_headers = request
         .headers
         .iter()
@@ -109,7 +144,7 @@ fn exchange_text(exchange: &Exchange, indent: &str, full: bool) -> String {
         let _ = write!(line, " {name}: {value}");
     }
     if full && let Some(body) = &request.body {
-        let _ = write!(line, "\n{indent}  body {}", trim(body, FAILED_BODY_CHARS));
+        let _ = write!(line, "\n{indent}  body {}", trim(body, FULL_BODY_CHARS));
     }
     let arrow = if full {
         format!("\n{indent}  →")
@@ -123,7 +158,7 @@ fn exchange_text(exchange: &Exchange, indent: &str, full: bool) -> String {
                 for (name, value) in &answer.headers {
                     let _ = write!(line, " {name}: {value}");
                 }
-                let _ = write!(line, " {}", trim(&answer.body, FAILED_BODY_CHARS));
+                let _ = write!(line, " {}", trim(&answer.body, FULL_BODY_CHARS));
             }
         }
         (None, Some(error)) => {
@@ -135,14 +170,23 @@ fn exchange_text(exchange: &Exchange, indent: &str, full: bool) -> String {
     line
 }
 
+/// A check JUnit counts as failed: exposed, or deviating under `--strict`.
+fn fails(check: &CheckReport, strict: bool) -> bool {
+    check.exposed() || (strict && check.blocked() && !check.deviations.is_empty())
+}
+
 fn junit(report: &RunReport) -> String {
     let seconds = |millis: u128| format!("{:.3}", millis as f64 / 1000.0);
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let failures = report
+        .checks
+        .iter()
+        .filter(|c| fails(c, report.strict))
+        .count();
     let counts = format!(
-        r#"tests="{}" failures="{}" skipped="{}" time="{}""#,
+        r#"tests="{}" failures="{failures}" skipped="{}" time="{}""#,
         report.checks.len(),
-        report.failed,
-        report.skipped,
+        report.not_run + report.skipped,
         seconds(report.millis)
     );
     let _ = writeln!(out, r#"<testsuites name="orders-api atk" {counts}>"#);
@@ -151,11 +195,23 @@ fn junit(report: &RunReport) -> String {
         r#"  <testsuite name="orders-api atk" errors="0" {counts}>"#
     );
     let _ = writeln!(out, "    <properties>");
+    let (blocked, exposed, not_run, skipped, deviations) = (
+        report.blocked.to_string(),
+        report.exposed.to_string(),
+        report.not_run.to_string(),
+        report.skipped.to_string(),
+        report.deviations.to_string(),
+    );
     for (name, value) in [
         ("server", report.server.as_str()),
-        ("base_path", report.base_path.as_str()),
+        ("base_path", report.shape.base_path.as_str()),
         ("run_id", report.run_id.as_str()),
         ("item", report.item.as_str()),
+        ("blocked", blocked.as_str()),
+        ("exposed", exposed.as_str()),
+        ("not_run", not_run.as_str()),
+        ("skipped", skipped.as_str()),
+        ("deviations", deviations.as_str()),
     ] {
         let _ = writeln!(
             out,
@@ -171,21 +227,45 @@ fn junit(report: &RunReport) -> String {
             xml(&format!("{} {}", check.id, check.title)),
             seconds(check.millis)
         );
-        let evidence = xml(&evidence(check, ""));
-        match &check.outcome {
-            Outcome::Pass => {
-                let _ = write!(out, "\n      <system-out>{evidence}</system-out>\n    ");
-            }
-            Outcome::Fail { reason } => {
+        let evidence = xml(&format!(
+            "{}\n{}",
+            check.verdict.label(),
+            evidence(check, "")
+        ));
+        match &check.verdict {
+            Verdict::Exposed { exposed } => {
                 let _ = write!(
                     out,
-                    "\n      <failure message=\"{}\" type=\"{}\">{evidence}</failure>\n    ",
-                    xml(reason),
-                    check.id
+                    "\n      <failure message=\"{}\" type=\"EXPOSED\">{evidence}</failure>\n    ",
+                    xml(&format!("EXPOSED: {}", exposed.join("; ")))
                 );
             }
-            Outcome::Skip { reason } => {
-                let _ = write!(out, "\n      <skipped message=\"{}\"/>\n    ", xml(reason));
+            Verdict::Blocked if fails(check, report.strict) => {
+                let _ = write!(
+                    out,
+                    "\n      <failure message=\"{}\" type=\"deviation\">{evidence}</failure>\n    ",
+                    xml(&format!(
+                        "BLOCKED with deviations (--strict): {}",
+                        check.deviations.join("; ")
+                    ))
+                );
+            }
+            Verdict::Blocked => {
+                let _ = write!(out, "\n      <system-out>{evidence}</system-out>\n    ");
+            }
+            Verdict::NotRun { reason } => {
+                let _ = write!(
+                    out,
+                    "\n      <skipped message=\"{}\"/>\n      <system-out>{evidence}</system-out>\n    ",
+                    xml(&format!("NOT RUN: {reason}"))
+                );
+            }
+            Verdict::Skipped { reason } => {
+                let _ = write!(
+                    out,
+                    "\n      <skipped message=\"{}\"/>\n    ",
+                    xml(&format!("SKIPPED: {reason}"))
+                );
             }
         }
         let _ = writeln!(out, "</testcase>");

@@ -11,7 +11,17 @@ fn orders_atk_offers_the_runner_s_flags() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for flag in ["--server", "--token", "--token-b", "--only", "--format"] {
+    for flag in [
+        "--server",
+        "--token",
+        "--token-b",
+        "--profile",
+        "--base-path",
+        "--id-field",
+        "--strict",
+        "--only",
+        "--format",
+    ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }
