@@ -298,10 +298,10 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
 /// Polls `url` until a read-write session opens there.
 fn wait_for_read_write(url: &str, since: Instant) -> Instant {
     loop {
-        if let Ok(mut conn) = PgConnection::establish(url) {
-            if diesel::sql_query("SELECT 1").execute(&mut conn).is_ok() {
-                return Instant::now();
-            }
+        if let Ok(mut conn) = PgConnection::establish(url)
+            && diesel::sql_query("SELECT 1").execute(&mut conn).is_ok()
+        {
+            return Instant::now();
         }
         assert!(
             since.elapsed() < PROMOTION_BOUND,
