@@ -114,7 +114,14 @@ fn main() {
         );
         let mut problems = Vec::new();
         if check.lost > 0 || check.duplicated > 0 || !check.mismatched.is_empty() {
-            problems.push(format!("orders wrong: {check:?}"));
+            problems.push(format!(
+                "orders wrong (read on port {}): lost {}, duplicated {}, {} mismatched, e.g. {:?}",
+                check.checked_on,
+                check.lost,
+                check.duplicated,
+                check.mismatched.len(),
+                check.mismatched.iter().take(3).collect::<Vec<_>>()
+            ));
         }
         if !round.unexpected.is_empty() {
             problems.push(format!("unexpected answers: {:?}", round.unexpected));
@@ -130,6 +137,21 @@ fn main() {
         }
         for problem in &problems {
             eprintln!("round {}: FAILED: {problem}", n + 1);
+        }
+        if !problems.is_empty() {
+            for node in ["node1", "node2"] {
+                let url = ha
+                    .node_url(node)
+                    .replace("target_session_attrs=read-write&", "");
+                eprintln!("round {}: {node} holds {}", n + 1, orders_on(&url));
+            }
+        }
+        if !problems.is_empty() || std::env::var_os("FAILOVER_TIMELINE").is_some() {
+            eprintln!(
+                "round {}: the nodes, relative to the event:\n{}",
+                n + 1,
+                round.timeline
+            );
         }
         failed |= !problems.is_empty();
     }
@@ -207,6 +229,8 @@ struct Log {
 }
 
 struct Round {
+    /// Each node's role changes, relative to the event.
+    timeline: String,
     acks: Vec<Ack>,
     unavailable: usize,
     unexpected: Vec<String>,
@@ -238,6 +262,17 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
         })
         .collect();
 
+    let watch_stop = Arc::new(AtomicBool::new(false));
+    let watchers: Vec<_> = ["node1", "node2"]
+        .into_iter()
+        .map(|node| {
+            let url = ha
+                .node_url(node)
+                .replace("target_session_attrs=read-write&", "");
+            let stop = watch_stop.clone();
+            std::thread::spawn(move || watch(node, &url, &stop))
+        })
+        .collect();
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
     match event {
@@ -271,6 +306,24 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
     for t in threads {
         t.join().expect("client thread");
     }
+    watch_stop.store(true, Ordering::SeqCst);
+    let mut timeline: Vec<(Instant, String)> = watchers
+        .into_iter()
+        .flat_map(|w| w.join().expect("watcher thread"))
+        .collect();
+    timeline.sort_by_key(|(at, _)| *at);
+    let timeline = timeline
+        .into_iter()
+        .map(|(at, what)| {
+            let offset = if at >= started {
+                at.duration_since(started).as_secs_f64()
+            } else {
+                -started.duration_since(at).as_secs_f64()
+            };
+            format!("  {offset:+6.2} s {what}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
 
     let log = std::mem::take(&mut *log.lock().unwrap());
     let mut times: Vec<Instant> = log.acks.iter().map(|a| a.at).collect();
@@ -285,6 +338,7 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
         .find(|t| **t > promoted)
         .map(|t| t.duration_since(promoted));
     Round {
+        timeline,
         acks: log.acks,
         unavailable: log.unavailable,
         unexpected: log.unexpected,
@@ -293,6 +347,58 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
         promotion,
         first_ack_after_promotion,
     }
+}
+
+/// Records every change of what `node` says it is (primary or standby,
+/// read-only or not, its synchronous standbys), every 100 ms.
+fn watch(node: &str, url: &str, stop: &AtomicBool) -> Vec<(Instant, String)> {
+    #[derive(QueryableByName, PartialEq)]
+    struct State {
+        #[diesel(sql_type = Text)]
+        state: String,
+    }
+    let mut seen = Vec::new();
+    let mut last = String::new();
+    while !stop.load(Ordering::SeqCst) {
+        let now = match PgConnection::establish(url) {
+            Ok(mut conn) => diesel::sql_query(
+                "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE 'primary' END \
+                 || ' read_only=' || current_setting('default_transaction_read_only') \
+                 || ' sync=' || quote_literal(current_setting('synchronous_standby_names')) AS state",
+            )
+            .get_result::<State>(&mut conn)
+            .map_or_else(|e| format!("error {e}"), |s| s.state),
+            Err(_) => "down".to_owned(),
+        };
+        if now != last {
+            seen.push((Instant::now(), format!("{node}: {now}")));
+            last = now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    seen
+}
+
+/// How many orders of the test's user one node holds, and its role.
+fn orders_on(url: &str) -> String {
+    #[derive(QueryableByName)]
+    struct Held {
+        #[diesel(sql_type = Text)]
+        held: String,
+    }
+    PgConnection::establish(url)
+        .map_err(|e| e.to_string())
+        .and_then(|mut conn| {
+            diesel::sql_query(
+                "SELECT count(*) || ' orders; in recovery: ' || pg_is_in_recovery() AS held \
+                 FROM orders WHERE user_id = $1",
+            )
+            .bind::<Text, _>(USER)
+            .get_result::<Held>(&mut conn)
+            .map(|h| h.held)
+            .map_err(|e| e.to_string())
+        })
+        .unwrap_or_else(|e| format!("nothing readable: {e}"))
 }
 
 /// Polls `url` until a read-write session opens there.
@@ -382,6 +488,8 @@ fn client(c: usize, base: &str, token: &str, stop: &AtomicBool, log: &Mutex<Log>
 
 #[derive(Debug, Default)]
 struct Check {
+    /// The port of the node the orders were read on.
+    checked_on: i32,
     lost: usize,
     duplicated: usize,
     /// Keys whose stored or replayed id is not the one acknowledged.
@@ -408,6 +516,14 @@ fn check(url: &DatabaseUrl, base: &str, token: &str, acks: &HashMap<String, Ack>
             }
         }
     };
+    #[derive(QueryableByName)]
+    struct Port {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        port: i32,
+    }
+    let checked_on = diesel::sql_query("SELECT inet_server_port() AS port")
+        .get_result::<Port>(&mut conn)
+        .map_or(0, |p| p.port);
     let stored: Vec<Stored> = diesel::sql_query(
         "SELECT idempotency_key AS key, id::text AS id FROM orders WHERE user_id = $1",
     )
@@ -419,6 +535,7 @@ fn check(url: &DatabaseUrl, base: &str, token: &str, acks: &HashMap<String, Ack>
         by_key.entry(&row.key).or_default().push(&row.id);
     }
     let mut check = Check {
+        checked_on,
         duplicated: stored.len().saturating_sub(by_key.len()),
         ..Check::default()
     };
@@ -433,7 +550,11 @@ fn check(url: &DatabaseUrl, base: &str, token: &str, acks: &HashMap<String, Ack>
     for ack in acks.values() {
         match by_key.get(ack.key.as_str()) {
             None => check.lost += 1,
-            Some(ids) if ids != &[ack.id.as_str()] => check.mismatched.push(ack.key.clone()),
+            Some(ids) if ids != &[ack.id.as_str()] => {
+                check
+                    .mismatched
+                    .push(format!("{} stored as {ids:?}", ack.key));
+            }
             Some(_) => {}
         }
     }

@@ -19,7 +19,8 @@ target_dir=$(cargo metadata --format-version 1 --no-deps |
 dir=$(mktemp -d /tmp/orders-api-ha.XXXXXX)
 cleanup() {
   scripts/pg-ha.sh stop "$dir" || true
-  rm -rf "$dir"
+  # FAILOVER_KEEP=1 keeps the formation's files (logs, data) for a look.
+  if [ -n "${FAILOVER_KEEP:-}" ]; then echo "== kept $dir" >&2; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
 echo "== starting a pg_auto_failover formation (monitor + 2 nodes, synchronous replication)"
@@ -32,7 +33,9 @@ PG_HA_DIR=$dir PG_HA_URL=$url PG_HA_SCRIPT=$PWD/scripts/pg-ha.sh \
   ORDERS_API_BIN="$target_dir/debug/orders-api" \
   timeout --kill-after=10 "${FAILOVER_TIMEOUT:-600}" "$target_dir/debug/examples/failover" || status=$?
 if [ "$status" != 0 ]; then
-  echo "== the failover test failed ($status); the service's log:" >&2
-  tail -n 50 "$dir/orders-api.log" >&2 || true
+  echo "== the failover test failed ($status); the monitor's events:" >&2
+  scripts/pg-ha.sh events "$dir" >&2 || true
+  echo "== the service's log (last lines):" >&2
+  tail -n 20 "$dir/orders-api.log" >&2 || true
 fi
 exit "$status"

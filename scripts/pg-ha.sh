@@ -10,6 +10,7 @@
 #   scripts/pg-ha.sh switchover DIR    # a planned switchover (pg_autoctl perform)
 #   scripts/pg-ha.sh primary DIR       # prints the primary's node name
 #   scripts/pg-ha.sh wait-healthy DIR  # waits for one primary and one secondary
+#   scripts/pg-ha.sh events DIR        # the monitor's last events, oldest first
 #
 # The URL names both nodes and asks for the one that writes:
 #   postgres://postgres@127.0.0.1:P1,127.0.0.1:P2/orders?target_session_attrs=read-write&connect_timeout=2
@@ -30,7 +31,7 @@
 # pg-auto-failover-cli when missing.
 set -euo pipefail
 
-cmd=${1:?usage: pg-ha.sh start|stop|kill-primary|rejoin|switchover|primary|wait-healthy DIR}
+cmd=${1:?usage: pg-ha.sh start|stop|kill-primary|rejoin|switchover|primary|wait-healthy|events DIR}
 dir=${2:?usage: pg-ha.sh COMMAND DIR}
 
 if ! command -v pg_autoctl >/dev/null || ! ls /usr/lib/postgresql/*/lib/pgautofailover.so >/dev/null 2>&1; then
@@ -130,9 +131,6 @@ MONITOR_SETTINGS=(
 )
 KEEPER_SETTINGS=(
   "timeout.network_partition_timeout 3"
-  "timeout.prepare_promotion_catchup 10"
-  "timeout.prepare_promotion_walreceiver 2"
-  "timeout.postgresql_restart_failure_timeout 5"
 )
 
 create_node() { # NAME PORT
@@ -216,11 +214,15 @@ case "$cmd" in
   primary)
     primary_name
     ;;
+  events)
+    monitor_sql "SELECT to_char(eventtime, 'HH24:MI:SS.MS') || ' ' || nodename || ' ' || description
+                   FROM pgautofailover.event ORDER BY eventid DESC LIMIT ${PG_HA_EVENTS:-60}" | tac
+    ;;
   wait-healthy)
     wait_for "${PG_HA_WAIT:-120}" "a primary and a secondary" healthy
     ;;
   *)
-    echo "usage: pg-ha.sh start|stop|kill-primary|rejoin|switchover|primary|wait-healthy DIR" >&2
+    echo "usage: pg-ha.sh start|stop|kill-primary|rejoin|switchover|primary|wait-healthy|events DIR" >&2
     exit 2
     ;;
 esac
