@@ -227,15 +227,10 @@ fn a_commit_waiting_for_a_synchronous_standby_is_not_acknowledged_past_the_lease
     let db = TestDb::fresh_postgres_on(&cluster.admin_url);
     let lease = Duration::from_secs(1);
     let app = TestApp::spawn_on(db, |s| s.lease_secs = lease.as_secs());
-    let mut admin = PgConnection::establish(&cluster.admin_url).expect("connect as admin");
-    let mut sql = |q: &str| {
-        diesel::sql_query(q)
-            .execute(&mut admin)
-            .unwrap_or_else(|e| panic!("{q}: {e}"))
-    };
-    sql("ALTER SYSTEM SET synchronous_standby_names = 'orders_test_absent_standby'");
-    sql("SELECT pg_reload_conf()");
-
+    // From here on every commit with synchronous_commit on waits; the guard
+    // lets them go when the test ends, however it ends (dropped before the
+    // app, whose database cannot be dropped while a standby is required).
+    let standby = AbsentStandby::require(&cluster.admin_url);
     let (tx, rx) = mpsc::channel();
     let (address, token) = (app.address.clone(), app.token.clone());
     let body = order_body("Widget", 1, "1.00");
@@ -266,8 +261,7 @@ fn a_commit_waiting_for_a_synchronous_standby_is_not_acknowledged_past_the_lease
 
     // No synchronous standby any more: the commit completes, and only now
     // is it acknowledged.
-    sql("ALTER SYSTEM RESET synchronous_standby_names");
-    sql("SELECT pg_reload_conf()");
+    drop(standby);
     let created = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("the request was answered")
@@ -277,4 +271,59 @@ fn a_commit_waiting_for_a_synchronous_standby_is_not_acknowledged_past_the_lease
     let replay = app.post_order(Some("sync-wait"), &body);
     assert_eq!(replay.status, 200, "{}", replay.body);
     assert_eq!(replay.json()["id"], created.json()["id"]);
+}
+
+/// A synchronous standby that never connects, required while this lives:
+/// every commit (with `synchronous_commit` on) waits for it.
+struct AbsentStandby {
+    admin_url: String,
+    released: Arc<AtomicBool>,
+}
+
+impl AbsentStandby {
+    /// Names the standby and returns once commits do wait for it: the
+    /// setting takes effect a moment after the reload (the checkpointer
+    /// publishes it), so a probe commits in the admin database until one
+    /// waits.
+    fn require(admin_url: &str) -> Self {
+        let guard = Self {
+            admin_url: admin_url.to_owned(),
+            released: Arc::new(AtomicBool::new(false)),
+        };
+        guard.run("CREATE TABLE IF NOT EXISTS orders_test_sync_probe (x int)");
+        guard.run("ALTER SYSTEM SET synchronous_standby_names = 'orders_test_absent_standby'");
+        let (probe_url, released) = (admin_url.to_owned(), guard.released.clone());
+        std::thread::spawn(move || {
+            let mut probe = PgConnection::establish(&probe_url).expect("connect the probe");
+            // Each probe commit writes a row (WAL), so it waits once the
+            // standby is required; until then it returns at once.
+            while !released.load(Ordering::SeqCst)
+                && diesel::sql_query("INSERT INTO orders_test_sync_probe VALUES (1)")
+                    .execute(&mut probe)
+                    .is_ok()
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let admin = DatabaseUrl::parse(&guard.admin_url).expect("admin URL");
+        wait_for_session_where(&admin, "wait_event = 'SyncRep'", Duration::from_secs(30));
+        guard
+    }
+
+    fn run(&self, sql: &str) {
+        let mut admin = PgConnection::establish(&self.admin_url).expect("connect as admin");
+        diesel::sql_query(sql)
+            .execute(&mut admin)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        diesel::sql_query("SELECT pg_reload_conf()")
+            .execute(&mut admin)
+            .expect("reload");
+    }
+}
+
+impl Drop for AbsentStandby {
+    fn drop(&mut self) {
+        self.released.store(true, Ordering::SeqCst);
+        self.run("ALTER SYSTEM RESET synchronous_standby_names");
+    }
 }
