@@ -594,6 +594,7 @@ fn replay_body(key: &str) -> String {
 struct Server {
     child: Child,
     base: String,
+    pid_file: Option<PathBuf>,
 }
 
 impl Server {
@@ -602,7 +603,7 @@ impl Server {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let log = File::create(log).expect("the service's log file");
+        let log_file = File::create(log).expect("the service's log file");
         let child = Command::new(bin)
             .arg("serve")
             .env("DATABASE_URL", url.as_str())
@@ -610,16 +611,26 @@ impl Server {
             .env("RUST_LOG", "warn")
             .env("DATABASE_POOL_SIZE", "8")
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log_file)
             .spawn()
             .expect("start orders-api");
+        // For scripts/failover-test.sh's cleanup, should this process be
+        // killed before it can stop the service itself.
+        let pid_file = log.parent().map(|dir| dir.join("orders-api.pid"));
+        if let Some(file) = &pid_file {
+            let _ = std::fs::write(file, child.id().to_string());
+        }
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while ureq::get(&format!("{base}/readyz")).call().is_err() {
             assert!(Instant::now() < deadline, "orders-api did not become ready");
             std::thread::sleep(Duration::from_millis(100));
         }
-        Self { child, base }
+        Self {
+            child,
+            base,
+            pid_file,
+        }
     }
 }
 
@@ -629,5 +640,8 @@ impl Drop for Server {
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
+        if let Some(file) = &self.pid_file {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }

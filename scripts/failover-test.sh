@@ -18,6 +18,9 @@ target_dir=$(cargo metadata --format-version 1 --no-deps |
 
 dir=$(mktemp -d /tmp/orders-api-ha.XXXXXX)
 cleanup() {
+  # The driver stops the service it started; if the driver itself was
+  # killed (the timeout), the service is stopped here.
+  [ -f "$dir/orders-api.pid" ] && kill "$(cat "$dir/orders-api.pid")" 2>/dev/null || true
   scripts/pg-ha.sh stop "$dir" || true
   # FAILOVER_KEEP=1 keeps the formation's files (logs, data) for a look.
   if [ -n "${FAILOVER_KEEP:-}" ]; then echo "== kept $dir" >&2; else rm -rf "$dir"; fi
