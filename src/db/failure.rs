@@ -3,7 +3,12 @@
 //! PostgreSQL writes its messages in the server's `lc_messages`, which only
 //! a superuser may change, and diesel hands over the SQLSTATE of a failure
 //! only as a [`DatabaseErrorKind`] for a handful of codes (serialization
-//! failure, lost connection, constraint violations). Two codes that decide
+//! failure, read-only transaction, lost connection, constraint violations).
+//! Those with a kind are classified by it: `25006` (a write reached a node
+//! that cannot write now: a hot standby, or a primary fenced read-only
+//! during a failover) and `40001` are unavailability, like a lost
+//! connection (which is also what a server's `57P01`/`57P02` shutdown of
+//! the session becomes: libpq sees the connection close). Two codes that decide
 //! an answer have no kind: `55P03` (our `lock_timeout` fired: another
 //! request holds the key, `409 IDEMPOTENCY_IN_PROGRESS`) and `57014` (our
 //! `statement_timeout` fired: `503`). So when a pool is built, the service
@@ -25,7 +30,8 @@ use diesel::sql_types::BigInt;
 /// How a failed query should be answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// The database is unreachable, locked or shedding load: `503`, retry.
+    /// The database is unreachable, locked, shedding load or cannot write
+    /// now (a standby, a fenced primary): `503`, retry.
     Unavailable,
     /// PostgreSQL's `lock_timeout` fired: another transaction holds the lock
     /// (in practice the advisory lock on an idempotency key).
@@ -53,7 +59,12 @@ pub fn classify(error: &DieselError) -> Failure {
                 super::note_connection_lost();
                 Failure::Unavailable
             }
-            DatabaseErrorKind::SerializationFailure => Failure::Unavailable,
+            // 25006: this node cannot write now (a hot standby, or a primary
+            // fenced with `default_transaction_read_only` while a failover
+            // moves the primary elsewhere): the next node may.
+            DatabaseErrorKind::SerializationFailure | DatabaseErrorKind::ReadOnlyTransaction => {
+                Failure::Unavailable
+            }
             _ => {
                 let message = info.message();
                 if SQLITE_BUSY_OR_LOCKED.contains(&message) {
@@ -131,11 +142,12 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_connection_or_a_serialization_failure_is_unavailable() {
+    fn a_lost_connection_a_serialization_failure_or_a_read_only_node_is_unavailable() {
         for kind in [
             DatabaseErrorKind::ClosedConnection,
             DatabaseErrorKind::UnableToSendCommand,
             DatabaseErrorKind::SerializationFailure,
+            DatabaseErrorKind::ReadOnlyTransaction,
         ] {
             assert_eq!(classify(&database_error(kind, "x")), Failure::Unavailable);
         }

@@ -15,6 +15,7 @@ mod crash;
 mod database;
 mod docs;
 mod expect;
+mod failover;
 mod group_commit;
 mod helpers;
 mod idempotency;

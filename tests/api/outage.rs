@@ -23,18 +23,26 @@ const LOAD_THREADS: usize = 4;
 const MAX_ATTEMPTS: usize = 20;
 
 /// A PostgreSQL cluster of this test's own, stopped and removed when dropped.
-struct PrivateCluster {
+pub(crate) struct PrivateCluster {
     dir: PathBuf,
-    admin_url: String,
+    pub(crate) admin_url: String,
+    /// `PG_SERVER_OPTIONS` for `scripts/pg-cluster.sh`.
+    server_options: String,
 }
 
 impl PrivateCluster {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
+        Self::start_with_server_options("")
+    }
+
+    /// A cluster whose server also gets `options` (`-c name=value …`).
+    pub(crate) fn start_with_server_options(options: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("orders-outage-{}", uuid::Uuid::new_v4().simple()));
         let mut cluster = Self {
             dir,
             admin_url: String::new(),
+            server_options: options.to_owned(),
         };
         cluster.admin_url = cluster.run("start");
         cluster
@@ -54,6 +62,7 @@ impl PrivateCluster {
         let output = Command::new(SCRIPT)
             .arg(command)
             .arg(&self.dir)
+            .env("PG_SERVER_OPTIONS", &self.server_options)
             .output()
             .expect("run scripts/pg-cluster.sh");
         assert!(
