@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 use crate::orders::money::{Exponent, Scientific};
 
 /// SHA-256 over the method, the path and the body's canonical form, as
-/// lowercase hex. A JSON body is canonicalised ([`canonical_json`]): member
+/// lowercase hex. A JSON body is canonicalised (`canonical_json`): member
 /// order, insignificant whitespace and number spelling such as `9.990` do
 /// not matter, and any changed value does; any other body is hashed as raw
 /// bytes.
