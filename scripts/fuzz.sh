@@ -6,11 +6,15 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
-# New inputs go to fuzz/corpus-run/<target> (not committed); each run's log,
+# The fuzzer starts from fuzz/corpus/<target> (committed, minimised) and
+# fuzz/seeds/<target> (hand-written cases, committed); new inputs go to
+# fuzz/corpus-run/<target> (not committed); each run's log,
 # whose last lines give executions and coverage, to fuzz/logs/<target>.log.
 # A crash or a broken invariant leaves its input in fuzz/artifacts/<target>/
-# and makes the script exit non-zero. To refresh the committed corpus:
-#   cargo +nightly fuzz cmin -s none <target> fuzz/corpus/<target>
+# and makes the script exit non-zero. To refresh the committed corpus (the
+# smallest set with the same edge coverage; `cargo test` replays it):
+#   cp -n fuzz/corpus-run/<target>/* fuzz/corpus/<target>/
+#   cargo +nightly fuzz cmin -s none --debug-assertions <target> fuzz/corpus/<target> -- -use_counters=0
 set -euo pipefail
 
 seconds=${1:-600}
@@ -29,7 +33,8 @@ nice -n 19 cargo +nightly fuzz build "${flags[@]}"
 run() {
     local target=$1
     mkdir -p "corpus-run/$target" "corpus/$target"
-    nice -n 19 cargo +nightly fuzz run "${flags[@]}" "$target" "corpus-run/$target" "corpus/$target" -- \
+    nice -n 19 cargo +nightly fuzz run "${flags[@]}" "$target" \
+        "corpus-run/$target" "corpus/$target" "seeds/$target" -- \
         -max_total_time="$seconds" -max_len=8192 -print_final_stats=1 >"logs/$target.log" 2>&1
 }
 

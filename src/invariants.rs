@@ -1,7 +1,8 @@
 //! The invariants of every parser of client input, as functions that panic
 //! when one breaks. The fuzz targets in `fuzz/` call them on generated
-//! bytes; `tests/api/fuzz_corpus.rs` replays the committed corpus through
-//! them on the stable toolchain. Not used by the server.
+//! bytes; this module's tests replay the committed corpus through them on
+//! the stable toolchain (`cargo test --lib invariants`). Not used by the
+//! server.
 //!
 //! Where an invariant speaks of a value (a price, a key), it is compared
 //! against a reference computed here independently, by a different method
@@ -352,21 +353,27 @@ pub fn check_cursor(text: &str) {
 mod tests {
     use super::*;
 
-    /// Every committed input of `fuzz/corpus/<target>` through the target's
-    /// check, so the stable toolchain keeps replaying what the fuzzer found.
+    /// Every committed input of `fuzz/corpus/<target>` (minimised by
+    /// `cargo fuzz cmin`) and `fuzz/seeds/<target>` (the hand-written
+    /// cases the fuzzer started from) through the target's check, so the
+    /// stable toolchain keeps replaying what the fuzzer found.
     fn replay(target: &str, check: impl Fn(&[u8])) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fuzz/corpus")
-            .join(target);
+        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
         let mut count = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let bytes = std::fs::read(&path).unwrap();
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&bytes)));
-            assert!(outcome.is_ok(), "{} breaks its invariant", path.display());
-            count += 1;
+        for dir in [
+            fuzz.join("corpus").join(target),
+            fuzz.join("seeds").join(target),
+        ] {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let bytes = std::fs::read(&path).unwrap();
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&bytes)));
+                assert!(outcome.is_ok(), "{} breaks its invariant", path.display());
+                count += 1;
+            }
         }
-        assert!(count > 0, "{} is empty", dir.display());
+        assert!(count > 1, "no corpus for {target}");
     }
 
     fn text(check: fn(&str)) -> impl Fn(&[u8]) {

@@ -379,6 +379,46 @@ mod tests {
     }
 
     #[test]
+    fn the_field_rules_are_validators_one_message_per_failing_field() {
+        let fields = OrderFields {
+            item: Some("a\u{7}b".to_owned()),
+            quantity: Some(1_000_001),
+            price: Amount::read("1e-99999999999999999999"),
+        };
+        let errors = match fields.clone().validate() {
+            Err(errors) => field_errors(&errors),
+            Ok(()) => Vec::new(),
+        };
+        assert_eq!(
+            errors,
+            vec![
+                FieldError::new("item", "must not contain control characters"),
+                FieldError::new("quantity", "must be between 1 and 1000000"),
+                FieldError::new("price", NOT_CENTS),
+            ]
+        );
+        assert_eq!(fields.check().err(), Some(errors));
+        let valid = OrderFields {
+            item: Some("W".to_owned()),
+            quantity: Some(1),
+            price: Amount::read("1000000000"),
+        };
+        let order = valid.check().unwrap();
+        assert_eq!(order.price.map(Money::cents), Some(Money::MAX_CENTS));
+        let too_long = OrderFields {
+            item: Some("x".repeat(201)),
+            ..OrderFields::default()
+        };
+        assert_eq!(
+            too_long.check().err(),
+            Some(vec![FieldError::new(
+                "item",
+                "must be at most 200 characters"
+            )])
+        );
+    }
+
+    #[test]
     fn every_failing_field_is_reported() {
         let got = fields(parse_new_order(&body(r#"{"quantity":"x","extra":1}"#)));
         assert_eq!(got, vec!["extra", "item", "quantity", "price"]);
