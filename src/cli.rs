@@ -55,6 +55,26 @@ impl Cli {
     pub fn into_command(self) -> Command {
         self.command.unwrap_or(Command::Serve(self.settings))
     }
+
+    /// [`Settings::validate`] on the settings of the command that runs,
+    /// wherever each value came from (flag, environment or default): the
+    /// bare command's own, or `serve`'s. Other commands use none of them.
+    pub fn validate(&self) -> Result<(), String> {
+        match &self.command {
+            None => self.settings.validate(),
+            Some(command) => command.validate(),
+        }
+    }
+}
+
+impl Command {
+    /// The checks of the settings this command uses.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Command::Serve(settings) => settings.validate(),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The database a one-shot command opens.

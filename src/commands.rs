@@ -28,6 +28,8 @@ pub enum CliError {
     },
     #[error("{count} active keys match {key}: revoke one by its id (see `orders-api keys list`)")]
     Ambiguous { key: KeyRef, count: usize },
+    #[error("{0}")]
+    Settings(String),
     #[error("cannot write the output: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -48,7 +50,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 /// Runs `command`, writing its output to `out`.
 pub fn execute(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
     match command {
-        Command::Serve(settings) => serve(&settings),
+        Command::Serve(settings) => {
+            settings.validate().map_err(CliError::Settings)?;
+            serve(&settings)
+        }
         Command::Migrate(database) => {
             let applied = db::run_migrations(&database.database_url)?;
             tracing::info!(applied, "migrations applied");
@@ -121,6 +126,9 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
         KeysCommand::List => None,
         KeysCommand::Revoke { token_or_id } => Some(KeyRef::parse(token_or_id)?),
     };
+    if let KeysCommand::List = args.command {
+        return list_command(&args.database, out);
+    }
     let pool = open(&args.database)?;
     let mut pooled = pool.get().map_err(database_error)?;
     let mut conn = pooled.conn();
@@ -129,7 +137,8 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
             let token = auth::create(&mut conn, &user_id)?;
             writeln!(out, "{token}")?;
         }
-        (KeysCommand::List, _) => list_keys(&auth::list(&mut conn).map_err(database_error)?, out)?,
+        // Answered by list_command, which opens the database read-only.
+        (KeysCommand::List, _) => {}
         (KeysCommand::Revoke { .. }, Some(key)) => {
             match auth::revoke(&mut conn, &key).map_err(database_error)? {
                 Revocation::Revoked { id, user_id } => {
@@ -147,6 +156,42 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// `keys list` only reads. A SQLite database SQLite cannot read in place —
+/// a WAL database copied into a read-only folder, where its `-wal` and
+/// `-shm` files cannot be created — is read as `immutable`, which needs
+/// neither: nothing can be writing to a folder nobody may write in.
+fn list_command(database: &DatabaseArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let url = &database.database_url;
+    let keys = match open(database) {
+        Ok(pool) => {
+            let mut pooled = pool.get().map_err(database_error)?;
+            auth::list(&mut pooled.conn()).map_err(database_error)?
+        }
+        Err(CliError::Setup(db::SetupError::Read { .. }))
+            if url.backend() == db::Backend::Sqlite && !url.as_str().starts_with("file:") =>
+        {
+            use diesel::Connection;
+            let uri = format!("file:{}?immutable=1", uri_path(url.as_str()));
+            let mut conn = diesel::SqliteConnection::establish(&uri).map_err(database_error)?;
+            auth::list(&mut db::Conn::Sqlite(&mut conn)).map_err(database_error)?
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(list_keys(&keys, out)?)
+}
+
+/// A file path as the path of an SQLite URI filename: `%`, `?` and `#`
+/// (and every byte outside printable ASCII) percent-encoded.
+fn uri_path(path: &str) -> String {
+    path.bytes()
+        .map(|b| match b {
+            b'%' | b'?' | b'#' => format!("%{b:02X}"),
+            0x21..=0x7e => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Applies pending migrations (nothing is written when none is pending) and

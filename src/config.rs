@@ -63,13 +63,13 @@ pub struct Settings {
     /// How long a process keeps accepting a token the database accepted, in
     /// seconds: a revoked key stops working within this time (0: look every
     /// token up on every request).
-    #[arg(long = "auth-cache-secs", env = "AUTH_CACHE_SECS", default_value_t = 1, global = true,
+    #[arg(long = "auth-cache-secs", env = "AUTH_CACHE_SECS", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(0..=60))]
     pub auth_cache_secs: u64,
 
     /// SQLite: how many writes may wait for the group-commit writer before
     /// further ones are answered 503 with Retry-After.
-    #[arg(long = "write-queue", env = "SQLITE_WRITE_QUEUE", default_value_t = 4_096, global = true,
+    #[arg(long = "write-queue", env = "SQLITE_WRITE_QUEUE", default_value_t = 4_096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub write_queue: u32,
 
@@ -238,6 +238,41 @@ mod tests {
         assert!(parse(&["migrate", "--bind", "127.0.0.1:9"]).is_err());
         assert!(parse(&["keys", "list", "--workers", "2"]).is_err());
         assert!(parse(&["purge", "--lease-secs", "5"]).is_err());
+        for command in [
+            &["keys", "list"][..],
+            &["migrate"],
+            &["purge"],
+            &["client", "sync"],
+            &["atk"],
+        ] {
+            assert!(parse(command).is_ok(), "{command:?}");
+            for flag in ["--auth-cache-secs", "--write-queue"] {
+                let args = [command, &[flag, "5"]].concat();
+                assert!(parse(&args).is_err(), "{args:?} is accepted");
+            }
+        }
+        for command in [&[][..], &["serve"]] {
+            let args = [command, &["--auth-cache-secs", "5", "--write-queue", "9"]].concat();
+            let Ok(Command::Serve(s)) = parse(&args) else {
+                panic!("{args:?} serves")
+            };
+            assert_eq!((s.auth_cache_secs, s.write_queue), (5, 9));
+        }
+    }
+
+    #[test]
+    fn the_settings_of_the_command_that_runs_are_checked_from_flags_too() {
+        let check = |args: &[&str]| {
+            Cli::try_parse_from([&["orders-api"], args].concat())
+                .unwrap()
+                .validate()
+        };
+        let too_long = "250000000000";
+        assert!(check(&["serve", "--retention-secs", too_long]).is_err());
+        assert!(check(&["--retention-secs", too_long]).is_err());
+        assert!(check(&["serve", "--purge-interval-secs", &u64::MAX.to_string()]).is_err());
+        assert_eq!(check(&["serve"]), Ok(()));
+        assert_eq!(check(&["migrate"]), Ok(()));
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub mod config;
 pub mod db;
 pub mod http;
 pub mod idempotency;
+#[doc(hidden)]
+pub mod invariants;
 pub mod orders;
 #[cfg(test)]
 mod properties;

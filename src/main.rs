@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         // its usage line and the list of subcommands (exit 2).
         Err(e) => e.exit(),
     };
-    if let Err(e) = args.settings.validate() {
+    if let Err(e) = args.validate() {
         eprintln!("orders-api: {e}");
         return ExitCode::from(2);
     }

@@ -2,6 +2,10 @@
 //! `Idempotency-Key` parser, the request fingerprint, the order body parser
 //! with its money arithmetic, and the list cursor.
 //!
+//! Numbers are generated as *text*, never as floats: signs, leading zeros,
+//! mantissas of 0–400 digits, exponents of up to 20 digits, then checked
+//! against the invariants of [`crate::invariants`] (the fuzz targets' own).
+//!
 //! Each property runs [`CASES`] generated cases, fixed here so that CI runs
 //! the same amount of work every time (`PROPTEST_CASES` does not change it).
 
@@ -11,7 +15,7 @@ use serde_json::Value;
 use crate::idempotency::{Fingerprint, IdempotencyKey, KeyError, MAX_LEN};
 use crate::orders::Cursor;
 use crate::orders::input::{FieldError, parse_new_order};
-use crate::orders::model::{Money, cents_to_json, json_number_to_cents};
+use crate::orders::model::{Money, cents_to_json};
 
 /// Cases per property.
 const CASES: u32 = 1_000;
@@ -94,13 +98,83 @@ fn fingerprint_of(text: &str) -> Fingerprint {
     Fingerprint::of("POST", "/v1/orders", text.as_bytes(), Some(&parsed))
 }
 
+/// The price the server reads from a body whose `price` is `literal`.
+fn price_cents(literal: &str) -> Option<i64> {
+    let body: Value =
+        serde_json::from_str(&format!(r#"{{"item":"w","quantity":1,"price":{literal}}}"#)).ok()?;
+    parse_new_order(&body).ok().map(|o| o.price.cents())
+}
+
 /// `s` as an RFC 8941 sf-string: quoted, `"` and `\` escaped.
 fn sf_string(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// A JSON number literal as text, or something close to one: an optional
+/// sign, an integer part of 0–400 digits (leading zeros included, which
+/// JSON refuses), an optional fraction of up to 400 digits, an optional
+/// exponent of up to 20 digits (with its own leading zeros).
+fn number_literal() -> impl Strategy<Value = String> {
+    let int = prop_oneof![
+        Just(String::new()),
+        Just("0".to_owned()),
+        "[1-9][0-9]{0,12}",
+        "[1-9][0-9]{0,400}",
+        "10{0,400}",
+        "0{1,3}[0-9]{0,3}",
+    ];
+    let frac = prop_oneof![
+        Just(String::new()),
+        "\\.[0-9]{0,4}",
+        "\\.0{0,400}[0-9]{0,3}",
+        "\\.[0-9]{0,400}",
+    ];
+    let exp = prop_oneof![
+        Just(String::new()),
+        (-40_i32..40).prop_map(|e| format!("e{e}")),
+        "[eE][+-]?0{0,3}[0-9]{1,20}",
+        "[eE][+-]?[1-9]{20}",
+    ];
+    ("-?", int, frac, exp).prop_map(|(sign, i, f, e)| format!("{sign}{i}{f}{e}"))
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn any_number_literal_as_a_price_is_its_exact_value_or_refused_naming_price(literal in number_literal()) {
+        crate::invariants::check_price_literal(&literal);
+    }
+
+    #[test]
+    fn a_quantity_is_accepted_only_as_an_integer_literal_in_range(literal in number_literal()) {
+        let body = format!(r#"{{"item":"w","quantity":{literal},"price":1}}"#);
+        let Ok(value) = crate::http::body::parse_json(body.as_bytes()) else { return Ok(()) };
+        let integer = !literal.contains(['.', 'e', 'E']) && literal.parse::<i64>().is_ok_and(|q| (1..=1_000_000).contains(&q));
+        match parse_new_order(&value) {
+            Ok(order) => {
+                prop_assert!(integer, "{} accepted", literal);
+                prop_assert_eq!(order.quantity.get().to_string(), literal.trim_start_matches('0'));
+            }
+            Err(errors) => {
+                prop_assert!(!integer, "{} refused", literal);
+                prop_assert_eq!(errors.len(), 1);
+                prop_assert_eq!(errors[0].field.as_str(), "quantity");
+            }
+        }
+    }
+
+    #[test]
+    fn bodies_with_such_numbers_in_every_field_name_exactly_the_failing_fields(
+        item in number_literal(), quantity in number_literal(), price in number_literal(),
+    ) {
+        let body = format!(r#"{{"item":{item},"quantity":{quantity},"price":{price}}}"#);
+        crate::invariants::check_order_body(body.as_bytes(), true);
+        crate::invariants::check_order_body(body.as_bytes(), false);
+        let patch = format!(r#"{{"quantity":{quantity},"price":{price}}}"#);
+        crate::invariants::check_order_body(patch.as_bytes(), false);
+        crate::invariants::check_fingerprint(body.as_bytes());
+    }
 
     #[test]
     fn any_header_bytes_give_a_valid_key_or_a_refusal(raw in prop::collection::vec(any::<u8>(), 0..300)) {
@@ -211,7 +285,7 @@ proptest! {
     #[test]
     fn money_round_trips_exactly_from_cents_to_text_and_back(cents in 0..=Money::MAX_CENTS) {
         let text = cents_to_json(cents).to_string();
-        prop_assert_eq!(json_number_to_cents(&text), Ok(i128::from(cents)));
+        prop_assert_eq!(price_cents(&text), Some(cents));
         prop_assert_eq!(text.split_once('.').map(|(_, f)| f.len()), Some(2));
     }
 
@@ -233,9 +307,9 @@ proptest! {
             format!("{head}.{tail}e-{shift}")
         };
         for spelling in [&canonical, &padded, &exponent] {
-            let read = json_number_to_cents(spelling);
-            prop_assert_eq!(read, Ok(i128::from(cents)), "{}", spelling);
-            let written = cents_to_json(i64::try_from(read.unwrap_or_default()).unwrap_or(-1));
+            let read = price_cents(spelling);
+            prop_assert_eq!(read, Some(cents), "{}", spelling);
+            let written = cents_to_json(read.unwrap_or(-1));
             prop_assert_eq!(written.to_string(), canonical.clone(), "{}", spelling);
         }
     }
@@ -243,8 +317,8 @@ proptest! {
     #[test]
     fn any_cursor_text_is_read_or_refused_and_issued_cursors_read_back(text in "\\PC{0,40}", hex in "[0-9a-fA-F]{32}") {
         let decoded = Cursor::decode(&text);
-        prop_assert_eq!(decoded.is_some(), text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()));
-        let cursor = Cursor::decode(&hex);
+        prop_assert_eq!(decoded.is_some(), text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
+        let cursor = Cursor::decode(&hex.to_ascii_lowercase());
         prop_assert!(cursor.is_some());
         if let Some(cursor) = cursor {
             let issued = cursor.encode();

@@ -23,8 +23,9 @@ pub const DEFAULT_PAGE_SIZE: u8 = 20;
 pub const MAX_PAGE_SIZE: u8 = 100;
 
 // Only a schema: the handler reads the body with
-// `crate::orders::input::parse_new_order`, whose bounds (the domain types')
-// these mirror; a unit test of the OpenAPI document keeps them equal.
+// `crate::orders::input::parse_new_order`, whose field rules
+// (`crate::orders::input::OrderFields`) these mirror; a unit test of the
+// OpenAPI document keeps them equal.
 /// The body of `POST /v1/orders`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

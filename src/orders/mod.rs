@@ -10,6 +10,7 @@
 
 pub mod input;
 pub mod model;
+pub mod money;
 mod store;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -109,9 +110,10 @@ impl Cursor {
         self.0.simple()
     }
 
-    /// The cursor's shape only; [`list`] checks that it names an order.
+    /// The cursor's shape only: exactly the text [`Cursor::encode`] writes
+    /// (32 lowercase hex digits); [`list`] checks that it names an order.
     pub fn decode(s: &str) -> Option<Self> {
-        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if s.len() != 32 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return None;
         }
         OrderId::parse(s).map(Self)
@@ -198,6 +200,8 @@ mod tests {
             "abc",
             "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
             "0000000000000000",
+            // Uppercase names the same id, but the server never writes it.
+            "0193A8E48F3C7CC29D6A5B1F2E3D4C5B",
             "1'; DROP TABLE x",
         ] {
             assert_eq!(Cursor::decode(bad), None, "{bad}");

@@ -9,6 +9,7 @@ use diesel::pg::Pg;
 use diesel::serialize::{self, Output, ToSql};
 use diesel::sql_types;
 use diesel::sqlite::Sqlite;
+use rust_decimal::Decimal;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -71,25 +72,17 @@ impl FromSql<sql_types::Text, Sqlite> for OrderId {
     }
 }
 
-/// What was ordered: trimmed, 1..=200 characters, no control characters.
+/// What was ordered: trimmed, 1..=200 characters, no control characters
+/// (the rules are [`super::input::OrderFields`]'s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item(String);
 
 impl Item {
-    pub const MAX_CHARS: usize = 200;
+    pub const MAX_CHARS: u64 = 200;
 
-    pub fn parse(raw: &str) -> Result<Self, &'static str> {
-        let trimmed = raw.trim();
-        if trimmed.is_empty() {
-            return Err("must not be empty");
-        }
-        if trimmed.chars().count() > Self::MAX_CHARS {
-            return Err("must be at most 200 characters");
-        }
-        if trimmed.chars().any(char::is_control) {
-            return Err("must not contain control characters");
-        }
-        Ok(Self(trimmed.to_owned()))
+    /// An item that passed the field rules.
+    pub(super) fn from_validated(item: String) -> Self {
+        Self(item)
     }
 
     pub fn as_str(&self) -> &str {
@@ -105,14 +98,9 @@ impl Quantity {
     pub const MIN: i64 = 1;
     pub const MAX: i64 = 1_000_000;
 
-    pub fn new(n: i64) -> Result<Self, &'static str> {
-        if (Self::MIN..=Self::MAX).contains(&n) {
-            i32::try_from(n)
-                .map(Self)
-                .map_err(|_| "must be between 1 and 1000000")
-        } else {
-            Err("must be between 1 and 1000000")
-        }
+    /// A quantity that passed the field rules; `None` only beyond `i32`.
+    pub(super) fn from_validated(n: i64) -> Option<Self> {
+        i32::try_from(n).ok().map(Self)
     }
 
     pub fn get(self) -> i32 {
@@ -126,84 +114,35 @@ pub struct Money(i64);
 
 impl Money {
     pub const MAX_CENTS: i64 = 100_000_000_000;
+    /// The largest price, 1000000000.
+    pub const MAX: Decimal = Decimal::from_parts(1_000_000_000, 0, 0, false, 0);
 
-    pub fn from_cents(cents: i128) -> Result<Self, &'static str> {
-        if cents < 0 {
-            return Err("must not be negative");
+    /// An amount that passed the money rule; `None` only when it is not
+    /// whole cents or beyond `i64` cents.
+    pub(super) fn from_validated(amount: Decimal) -> Option<Self> {
+        let cents = amount.checked_mul(Decimal::ONE_HUNDRED)?.normalize();
+        if cents.scale() != 0 {
+            return None;
         }
-        if cents > i128::from(Self::MAX_CENTS) {
-            return Err("must be at most 1000000000");
-        }
-        i64::try_from(cents)
-            .map(Self)
-            .map_err(|_| "must be at most 1000000000")
+        i64::try_from(cents.mantissa()).ok().map(Self)
     }
 
     pub fn cents(self) -> i64 {
         self.0
     }
 
-    /// `self × quantity`, exact: at most 10^17 cents, well inside `i64`.
-    pub fn times(self, quantity: Quantity) -> Option<i64> {
-        self.0.checked_mul(i64::from(quantity.get()))
+    /// `self × quantity`, exact: an `i64` times an `i32` always fits `i128`.
+    pub fn times(self, quantity: Quantity) -> i128 {
+        i128::from(self.0) * i128::from(quantity.get())
     }
 }
 
 /// Writes cents as the exact decimal text of a JSON number (`1998` → `19.98`).
-pub fn cents_to_json(cents: i64) -> serde_json::Number {
+pub fn cents_to_json(cents: impl Into<i128>) -> serde_json::Number {
+    let cents: i128 = cents.into();
     let sign = if cents < 0 { "-" } else { "" };
     let abs = cents.unsigned_abs();
     serde_json::Number::from_string_unchecked(format!("{sign}{}.{:02}", abs / 100, abs % 100))
-}
-
-/// Reads the exact text of a JSON number as cents. `Err` when the value is
-/// not a whole number of cents; values too large for any order saturate.
-pub fn json_number_to_cents(text: &str) -> Result<i128, &'static str> {
-    const NOT_CENTS: &str = "must be a whole number of cents";
-    let (negative, rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text),
-    };
-    let (mantissa, exponent) = match rest.find(['e', 'E']) {
-        Some(at) => (
-            &rest[..at],
-            rest[at + 1..].parse::<i64>().unwrap_or(i64::MAX),
-        ),
-        None => (rest, 0),
-    };
-    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let digits = format!("{int_part}{frac_part}");
-    let digits = digits.trim_start_matches('0');
-    if digits.is_empty() {
-        return Ok(0);
-    }
-    if !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(NOT_CENTS);
-    }
-    let frac_len = i64::try_from(frac_part.len()).unwrap_or(i64::MAX);
-    let scale = exponent.saturating_sub(frac_len).saturating_add(2);
-    let saturated = if negative { i128::MIN } else { i128::MAX };
-    let magnitude = if scale >= 0 {
-        if digits.len() as i64 + scale > 36 {
-            return Ok(saturated);
-        }
-        let base: i128 = digits.parse().map_err(|_| NOT_CENTS)?;
-        base * 10_i128.pow(scale as u32)
-    } else {
-        let drop = scale.unsigned_abs() as usize;
-        if drop >= digits.len() {
-            return Err(NOT_CENTS);
-        }
-        let (kept, dropped) = digits.split_at(digits.len() - drop);
-        if dropped.bytes().any(|b| b != b'0') {
-            return Err(NOT_CENTS);
-        }
-        if kept.len() > 36 {
-            return Ok(saturated);
-        }
-        kept.parse().map_err(|_| NOT_CENTS)?
-    };
-    Ok(if negative { -magnitude } else { magnitude })
 }
 
 /// An order's life: created pending, possibly cancelled.
@@ -274,8 +213,7 @@ impl Order {
             item: self.item.as_str().to_owned(),
             quantity: self.quantity.get(),
             price: cents_to_json(self.price.cents()),
-            // Bounded by Money::MAX_CENTS × Quantity::MAX, far inside i64.
-            total_price: cents_to_json(self.price.times(self.quantity).unwrap_or(i64::MAX)),
+            total_price: cents_to_json(self.price.times(self.quantity)),
             status: self.status,
             created_at: self.created_at.to_rfc3339_opts(SecondsFormat::Millis, true),
         }
@@ -287,63 +225,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prices_in_whole_cents_are_read_exactly() {
-        assert_eq!(json_number_to_cents("9.99"), Ok(999));
-        assert_eq!(json_number_to_cents("9.990"), Ok(999));
-        assert_eq!(json_number_to_cents("1e2"), Ok(10_000));
-        assert_eq!(json_number_to_cents("0.1E1"), Ok(100));
-        assert_eq!(json_number_to_cents("0"), Ok(0));
-        assert_eq!(json_number_to_cents("-0.00"), Ok(0));
-        assert_eq!(json_number_to_cents("999999999.99"), Ok(99_999_999_999));
-        assert_eq!(json_number_to_cents("-5"), Ok(-500));
-    }
-
-    #[test]
-    fn fractions_of_a_cent_are_refused() {
-        assert!(json_number_to_cents("9.999").is_err());
-        assert!(json_number_to_cents("0.001").is_err());
-        assert!(json_number_to_cents("1e-3").is_err());
-        assert!(json_number_to_cents("1.005").is_err());
-    }
-
-    #[test]
-    fn absurdly_large_prices_saturate_instead_of_overflowing() {
-        assert_eq!(json_number_to_cents("1e400"), Ok(i128::MAX));
-        assert_eq!(json_number_to_cents(&"9".repeat(80)), Ok(i128::MAX));
-        assert!(Money::from_cents(i128::MAX).is_err());
-    }
-
-    #[test]
     fn money_is_written_as_its_exact_decimal() {
         assert_eq!(cents_to_json(30).to_string(), "0.30");
         assert_eq!(cents_to_json(1998).to_string(), "19.98");
-        let total = Money::from_cents(99_999_999_999)
-            .ok()
-            .and_then(|m| m.times(Quantity::new(999_999).ok()?));
-        assert_eq!(
-            total.map(|c| cents_to_json(c).to_string()).as_deref(),
-            Some("999998999990000.01")
-        );
+        let total = Money(99_999_999_999).times(Quantity(999_999));
+        assert_eq!(cents_to_json(total).to_string(), "999998999990000.01");
+        let most = Money(Money::MAX_CENTS).times(Quantity(1_000_000));
+        assert_eq!(cents_to_json(most).to_string(), "1000000000000000.00");
     }
 
     #[test]
-    fn quantity_bounds_are_inclusive() {
-        assert!(Quantity::new(1).is_ok());
-        assert!(Quantity::new(1_000_000).is_ok());
-        assert!(Quantity::new(0).is_err());
-        assert!(Quantity::new(-1).is_err());
-        assert!(Quantity::new(1_000_001).is_err());
-    }
-
-    #[test]
-    fn items_are_trimmed_and_bounded() {
-        assert_eq!(
-            Item::parse("  Widget ").map(|i| i.as_str().to_owned()),
-            Ok("Widget".to_owned())
-        );
-        assert!(Item::parse("   ").is_err());
-        assert!(Item::parse(&"é".repeat(200)).is_ok());
-        assert!(Item::parse(&"é".repeat(201)).is_err());
-        assert!(Item::parse("a\u{0}b").is_err());
+    fn a_validated_amount_becomes_whole_cents() {
+        let read = |s: &str| {
+            Decimal::from_str_exact(s)
+                .ok()
+                .and_then(Money::from_validated)
+        };
+        assert_eq!(read("9.990"), Some(Money(999)));
+        assert_eq!(read("1000000000"), Some(Money(Money::MAX_CENTS)));
+        assert_eq!(read("0.001"), None);
+        assert_eq!(Money::MAX.to_string(), "1000000000");
     }
 }

@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
-use super::model::{Item, Money, Order, OrderId, OrderStatus, Quantity};
+use super::input::{OrderFields, cents_amount};
+use super::model::{Order, OrderId, OrderStatus};
 use crate::db::{Conn, dispatch};
 
 /// A row as stored.
@@ -33,12 +34,31 @@ impl TryFrom<OrderRow> for Order {
 
     fn try_from(row: OrderRow) -> Result<Self, CorruptRow> {
         let id = row.id.to_string();
+        // A stored item was trimmed when written; one that is not breaks the rule too.
+        let trimmed = row.item.trim() == row.item;
+        let fields = OrderFields {
+            item: Some(row.item),
+            quantity: Some(i64::from(row.quantity)),
+            price: Some(cents_amount(row.price_cents)),
+        }
+        .check()
+        .map_err(|errors| {
+            let field = match errors.first().map(|e| e.field.as_str()) {
+                Some("quantity") => "quantity",
+                Some("price") => "price",
+                _ => "item",
+            };
+            CorruptRow(id.clone(), field)
+        })?;
+        let (Some(item), Some(quantity), Some(price), true) =
+            (fields.item, fields.quantity, fields.price, trimmed)
+        else {
+            return Err(CorruptRow(id, "item"));
+        };
         Ok(Order {
-            item: Item::parse(&row.item).map_err(|_| CorruptRow(id.clone(), "item"))?,
-            quantity: Quantity::new(i64::from(row.quantity))
-                .map_err(|_| CorruptRow(id.clone(), "quantity"))?,
-            price: Money::from_cents(i128::from(row.price_cents))
-                .map_err(|_| CorruptRow(id.clone(), "price"))?,
+            item,
+            quantity,
+            price,
             status: OrderStatus::parse(&row.status)
                 .ok_or_else(|| CorruptRow(id.clone(), "status"))?,
             id: row.id,

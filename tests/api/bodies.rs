@@ -289,6 +289,55 @@ both_backends! {
         assert_eq!(app.order_count(), 5);
     }
 
+    fn a_price_of_any_exponent_or_length_is_its_exact_value_or_a_422(backend) {
+        let app = TestApp::spawn(backend);
+        let zeros = |n: usize| "0".repeat(n);
+
+        // The free order: these read as 0.00 before money was read exactly.
+        let refused = [
+            "1e99999999999999999999".to_owned(),
+            "1E+99999999999999999999".to_owned(),
+            "1e-99999999999999999999".to_owned(),
+            "-1e99999999999999999999".to_owned(),
+            format!("1e{}", "9".repeat(60)),
+            format!("0.{}1", zeros(399)),
+            format!("1{}", zeros(400)),
+            format!("1{}e-389", zeros(399)),
+            "1e-29".to_owned(),
+            "1e29".to_owned(),
+        ];
+        for price in &refused {
+            let response = app.post_order(Some("exp"), &body_with("1", price));
+            assert_invalid_fields(&response, &["price"]);
+        }
+        assert_eq!(app.order_count(), 0);
+
+        for (key, price, shown) in [
+            ("z", "0e99999999999999999999".to_owned(), "0.00"),
+            ("b", format!("1{}e-390", zeros(399)), "1000000000.00"),
+            ("c", "-0.0e-00000000000000000000000005".to_owned(), "0.00"),
+            ("d", format!("999999999.99{}", zeros(380)), "999999999.99"),
+        ] {
+            let response = app.post_order(Some(key), &body_with("2", &price));
+            assert_eq!(response.status, 201, "price {price}: {}", response.body);
+            assert_eq!(raw_member(&response.body, "price"), shown, "price {price}");
+        }
+
+        let created = app.post_order(Some("patched"), &body_with("1", "5"));
+        let path = format!("/v1/orders/{}", id_of(&created));
+        for (n, price) in refused.iter().enumerate() {
+            let patch = app.call(
+                "PATCH",
+                &path,
+                Some(&format!("patch-{n}")),
+                Some(&format!(r#"{{"price":{price}}}"#)),
+            );
+            assert_invalid_fields(&patch, &["price"]);
+        }
+        let read = app.call("GET", &path, None, None);
+        assert_eq!(raw_member(&read.body, "price"), "5.00");
+    }
+
     fn an_item_is_trimmed_bounded_and_free_of_control_characters(backend) {
         let app = TestApp::spawn(backend);
 

@@ -440,6 +440,46 @@ fn unprivileged(dir: &TempDir, args: &[&str]) -> Output {
     out
 }
 
+/// A WAL database copied into a folder no one may write in: SQLite cannot
+/// create the `-wal` and `-shm` files it reads a WAL database with, so
+/// `keys list` used to fail ("reading it needs …-wal and …-shm"); it reads
+/// the copy as immutable.
+#[test]
+fn keys_list_reads_a_copy_of_a_wal_database_in_a_read_only_folder() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["keys", "create", "kim"]).status.success());
+    {
+        use diesel::{Connection, RunQueryDsl, SqliteConnection};
+        let mut c = SqliteConnection::establish(db.url.as_str()).unwrap();
+        diesel::sql_query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&mut c)
+            .unwrap();
+    }
+    let dir = TempDir::new();
+    let copy = dir.0.join("copy.db");
+    std::fs::copy(db.url.as_str(), &copy).unwrap();
+    let header = std::fs::read(&copy).unwrap();
+    assert_eq!(
+        header.get(18..20),
+        Some(&[2, 2][..]),
+        "the copy is in WAL mode"
+    );
+
+    let out = unprivileged(
+        &dir,
+        &[
+            "keys",
+            "list",
+            "--database-url",
+            &copy.display().to_string(),
+        ],
+    );
+
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("kim"), "{}", stdout(&out));
+    assert_eq!(dir.entries(), ["copy.db"], "nothing was created beside it");
+}
+
 #[test]
 fn keys_list_reads_a_read_only_database_when_no_migration_is_pending() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);

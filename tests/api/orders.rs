@@ -470,8 +470,15 @@ both_backends! {
             let response = app.call("GET", &format!("/v1/orders?cursor={cursor}"), None, None);
             assert_problem(&response, 400, "VALIDATION_FAILED");
         }
-        // Bob's own cursor still works for bob.
+        // Bob's own cursor still works for bob, exactly as issued: its
+        // uppercase spelling names the same order but was never issued.
         let (rest, _) = page_as(&app, &bob, &format!("?cursor={bobs_cursor}"));
         assert_eq!(rest.len(), 2);
+        let respelled = bobs_cursor.to_ascii_uppercase();
+        if respelled != bobs_cursor {
+            let path = format!("/v1/orders?cursor={respelled}");
+            let response = app.call_as(&bob, "GET", &path, None, None);
+            assert_problem(&response, 400, "VALIDATION_FAILED");
+        }
     }
 }

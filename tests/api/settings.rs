@@ -15,13 +15,46 @@ const BIN: &str = env!("CARGO_BIN_EXE_orders-api");
 fn a_retention_beyond_100_years_is_refused_at_startup_with_one_line() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
     let output = Command::new(BIN)
-        .args(["migrate"])
+        .args(["serve", "--bind", "127.0.0.1:0"])
         .env_clear()
         .env("DATABASE_URL", db.url.as_str())
         .env("IDEMPOTENCY_RETENTION_SECS", "250000000000")
         .output()
         .expect("run orders-api");
 
+    assert_refused_without_touching(&output, &db);
+}
+
+/// The same value as a flag of `serve` used to start the server: only the
+/// bare command's settings were checked, and `serve` has its own.
+#[test]
+fn a_retention_beyond_100_years_given_as_a_flag_of_serve_is_refused_too() {
+    for args in [
+        &["serve", "--retention-secs", "250000000000"][..],
+        &["--retention-secs", "250000000000"],
+    ] {
+        let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+        let mut child = Command::new(BIN)
+            .args(args)
+            .args(["--bind", "127.0.0.1:0"])
+            .env_clear()
+            .env("DATABASE_URL", db.url.as_str())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run orders-api");
+        // Bounded: a server that started anyway is stopped, and the test fails.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while child.try_wait().expect("wait").is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let output = child.wait_with_output().expect("output");
+        assert_refused_without_touching(&output, &db);
+    }
+}
+
+fn assert_refused_without_touching(output: &std::process::Output, db: &TestDb) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

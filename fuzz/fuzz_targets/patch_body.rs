@@ -1,0 +1,8 @@
+#![no_main]
+//! Any bytes as a `PATCH /v1/orders/{id}` body.
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    orders_api::invariants::check_order_body(data, false);
+});
