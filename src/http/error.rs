@@ -19,6 +19,10 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub const IN_PROGRESS_RETRY_AFTER: u32 = 1;
 /// Seconds a client should wait before retrying a `503`.
 pub const UNAVAILABLE_RETRY_AFTER: u32 = 2;
+/// Sent (`true`) on every `503` and on `409 IDEMPOTENCY_IN_PROGRESS`: the
+/// hint the retry engines of generated API SDKs read (several retry `5xx`
+/// and `429` by their status, but not a bare `409`).
+pub const SHOULD_RETRY_HEADER: &str = "x-should-retry";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -32,6 +36,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("{0}")]
     MalformedJson(String),
+    /// The body had not fully arrived within this long after the head.
+    #[error("the request body did not arrive within {} s", .0.as_secs())]
+    BodyTimeout(std::time::Duration),
     #[error("the request body failed validation")]
     Validation(Vec<FieldError>),
     #[error("{0}")]
@@ -89,6 +96,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             ApiError::MalformedJson(_) => "MALFORMED_JSON",
+            ApiError::BodyTimeout(_) => "REQUEST_TIMEOUT",
             ApiError::NotFound => "NOT_FOUND",
             ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             ApiError::OrderNotPending => "ORDER_NOT_PENDING",
@@ -116,6 +124,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::PayloadTooLarge(_) => "Payload too large",
             ApiError::MalformedJson(_) => "Malformed JSON",
+            ApiError::BodyTimeout(_) => "Request timeout",
             ApiError::NotFound => "Not found",
             ApiError::MethodNotAllowed(_) => "Method not allowed",
             ApiError::OrderNotPending => "Order not pending",
@@ -135,6 +144,7 @@ impl ApiError {
             }
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -151,11 +161,16 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => vec![(header::WWW_AUTHENTICATE, "Bearer".to_owned())],
             ApiError::MethodNotAllowed(allow) => vec![(header::ALLOW, allow.clone())],
-            ApiError::InProgress => {
-                vec![(header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string())]
-            }
-            ApiError::Unavailable(_) => {
-                vec![(header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string())]
+            ApiError::InProgress => vec![
+                (header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string()),
+                should_retry(),
+            ],
+            ApiError::Unavailable(_) => vec![
+                (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
+                should_retry(),
+            ],
+            ApiError::Refused(status, _) if *status == StatusCode::SERVICE_UNAVAILABLE => {
+                vec![should_retry()]
             }
             _ => Vec::new(),
         }
@@ -201,6 +216,13 @@ impl ApiError {
     }
 }
 
+fn should_retry() -> (HeaderName, String) {
+    (
+        HeaderName::from_static(SHOULD_RETRY_HEADER),
+        "true".to_owned(),
+    )
+}
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         self.status()
@@ -214,6 +236,11 @@ impl ResponseError for ApiError {
             if let Ok(value) = HeaderValue::from_str(&value) {
                 response.insert_header((name, value));
             }
+        }
+        // The rest of a late body may still be on its way: the connection
+        // cannot carry another request.
+        if matches!(self, ApiError::BodyTimeout(_)) {
+            response.force_close();
         }
         response.body(serde_json::to_vec(&self.problem()).unwrap_or_default())
     }

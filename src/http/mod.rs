@@ -170,6 +170,7 @@ pub fn cors(allowed_origins: &[String]) -> Cors {
             header::RETRY_AFTER,
             header::HeaderName::from_static("idempotent-replayed"),
             header::HeaderName::from_static("x-request-id"),
+            header::HeaderName::from_static(error::SHOULD_RETRY_HEADER),
         ])
         .max_age(600)
         .block_on_origin_mismatch(false);
