@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::db::{DatabaseUrl, PoolOptions};
+use crate::http::admission::DEFAULT_WRITE_ADMISSION;
 use crate::idempotency::Ledger;
 
 /// `DATABASE_URL`'s default: a file in the current folder.
@@ -72,6 +73,12 @@ pub struct Settings {
     #[arg(long = "write-queue", env = "SQLITE_WRITE_QUEUE", default_value_t = 4_096, global = true,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub write_queue: u32,
+
+    /// How many mutations this process runs or lets wait at once; past it a
+    /// mutation is answered 503 with Retry-After at once, its key untouched.
+    #[arg(long = "write-admission", env = "WRITE_ADMISSION", default_value_t = DEFAULT_WRITE_ADMISSION,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub write_admission: u32,
 
     /// HTTP worker threads (default: one per CPU core).
     #[arg(long = "workers", env = "HTTP_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -149,6 +156,7 @@ impl Settings {
             db_timeout_secs: DEFAULT_DB_TIMEOUT_SECS,
             auth_cache_secs: 1,
             write_queue: 4_096,
+            write_admission: DEFAULT_WRITE_ADMISSION,
             workers: None,
         }
     }

@@ -60,6 +60,11 @@ pub enum ApiError {
     /// The cause is logged, never sent.
     #[error("the service is temporarily unavailable")]
     Unavailable(String),
+    /// Refused at the door: this process already admits as many writes as
+    /// it may (`WRITE_ADMISSION`). Counted, not logged: under overload it is
+    /// the common answer.
+    #[error("the service is handling as many writes as it admits at once; retry shortly")]
+    Overloaded,
     /// The cause is logged, never sent.
     #[error("an internal error occurred")]
     Internal(String),
@@ -111,7 +116,7 @@ impl ApiError {
                 500..=599 => "INTERNAL_ERROR",
                 _ => "BAD_REQUEST",
             },
-            ApiError::Unavailable(_) => "SERVICE_UNAVAILABLE",
+            ApiError::Unavailable(_) | ApiError::Overloaded => "SERVICE_UNAVAILABLE",
             ApiError::Internal(_) => "INTERNAL_ERROR",
         }
     }
@@ -131,7 +136,7 @@ impl ApiError {
             ApiError::KeyReused => "Idempotency-Key reused",
             ApiError::InProgress => "Request in progress",
             ApiError::Refused(..) => "Request refused",
-            ApiError::Unavailable(_) => "Service unavailable",
+            ApiError::Unavailable(_) | ApiError::Overloaded => "Service unavailable",
             ApiError::Internal(_) => "Internal server error",
         }
     }
@@ -152,7 +157,7 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Refused(status, _) => *status,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -165,7 +170,7 @@ impl ApiError {
                 (header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string()),
                 should_retry(),
             ],
-            ApiError::Unavailable(_) => vec![
+            ApiError::Unavailable(_) | ApiError::Overloaded => vec![
                 (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
                 should_retry(),
             ],

@@ -19,13 +19,13 @@ use crate::expect::*;
 use crate::helpers::*;
 
 /// A unit running on the writer until the returned sender is dropped.
-struct HeldWriter {
+pub struct HeldWriter {
     release: mpsc::Sender<()>,
     holder: JoinHandle<()>,
 }
 
 impl HeldWriter {
-    fn hold(pool: &Pool) -> Self {
+    pub fn hold(pool: &Pool) -> Self {
         let (running, on_running) = mpsc::channel();
         let (release, on_release) = mpsc::channel::<()>();
         let pool = pool.clone();
@@ -45,7 +45,7 @@ impl HeldWriter {
     }
 
     /// Waits until `n` units wait behind the holder, then lets the writer go.
-    fn release_when_queued(self, pool: &Pool, n: usize) {
+    pub fn release_when_queued(self, pool: &Pool, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while queued(pool) < n {
             assert!(
@@ -61,7 +61,7 @@ impl HeldWriter {
     }
 }
 
-fn queued(pool: &Pool) -> usize {
+pub fn queued(pool: &Pool) -> usize {
     pool.writer_stats().map_or(0, |s| s.queued)
 }
 
