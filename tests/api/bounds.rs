@@ -111,3 +111,124 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
         )
     );
 }
+
+/// The next create's transaction, held in the database until released:
+/// on SQLite a unit holding the writer (the create waits in its queue), on
+/// PostgreSQL an insert trigger that waits for an advisory lock the test
+/// holds (with no lock timeout; the lease still bounds it).
+enum HeldCreate {
+    Sqlite(HeldWriter),
+    Postgres(diesel::PgConnection),
+}
+
+/// The advisory lock the PostgreSQL trigger waits for.
+const HOLD_LOCK: i64 = 16_016;
+
+impl HeldCreate {
+    fn hold(app: &TestApp) -> Self {
+        use diesel::Connection;
+        use diesel::connection::SimpleConnection;
+        match app.db.backend() {
+            Backend::Sqlite => HeldCreate::Sqlite(HeldWriter::hold(&app.pool)),
+            Backend::Postgres => {
+                let mut conn = diesel::PgConnection::establish(app.db.url.as_str()).unwrap();
+                conn.batch_execute(&format!(
+                    "CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql \
+                     SET lock_timeout = 0 AS $$ BEGIN \
+                     PERFORM pg_advisory_lock({HOLD_LOCK}); PERFORM pg_advisory_unlock({HOLD_LOCK}); \
+                     RETURN NEW; END $$; \
+                     CREATE TRIGGER hold BEFORE INSERT ON orders \
+                     FOR EACH ROW EXECUTE FUNCTION hold_insert(); \
+                     SELECT pg_advisory_lock({HOLD_LOCK});"
+                ))
+                .unwrap();
+                HeldCreate::Postgres(conn)
+            }
+        }
+    }
+
+    /// Waits until one create is held.
+    fn wait_for_one(&self, app: &TestApp) {
+        let deadline = Instant::now() + PATIENCE;
+        let held = || match self {
+            HeldCreate::Sqlite(_) => queued(&app.pool) >= 1,
+            HeldCreate::Postgres(_) => {
+                crate::process::pg_sessions_where(
+                    &app.db.url,
+                    "wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                ) >= 1
+            }
+        };
+        while !held() {
+            assert!(Instant::now() < deadline, "the create was never held");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Lets the held create go; on SQLite after checking that it alone
+    /// waits for the writer (a duplicate waits outside it).
+    fn release(self, app: &TestApp) {
+        use diesel::connection::SimpleConnection;
+        match self {
+            HeldCreate::Sqlite(held) => held.release_when_queued(&app.pool, 1),
+            HeldCreate::Postgres(mut conn) => conn
+                .batch_execute(&format!(
+                    "SELECT pg_advisory_unlock({HOLD_LOCK}); DROP TRIGGER hold ON orders;"
+                ))
+                .unwrap(),
+        }
+    }
+}
+
+crate::both_backends! {
+    /// Issue 16.4: a duplicate of a create held in the database waits for it
+    /// — outside the writer's queue on SQLite, holding no connection on
+    /// PostgreSQL — and replays its answer once it commits, here after 3 s:
+    /// longer than the 2 s after which PostgreSQL used to answer `409`,
+    /// within the 5 s default of `IDEMPOTENCY_WAIT_SECS`.
+    fn a_duplicate_of_a_held_create_waits_for_it_and_replays_its_answer(backend) {
+        let app = TestApp::spawn(backend);
+        let body = order_body("Widget", 2, "9.99");
+        let held = HeldCreate::hold(&app);
+
+        let (first, duplicate) = std::thread::scope(|s| {
+            let first = s.spawn(|| app.post_order(Some("held"), &body));
+            held.wait_for_one(&app);
+            let duplicate = s.spawn(|| app.post_order(Some("held"), &body));
+            std::thread::sleep(Duration::from_secs(3));
+            held.release(&app);
+            (first.join().expect("first"), duplicate.join().expect("duplicate"))
+        });
+
+        assert_eq!(first.status, 201, "{}", first.body);
+        assert_replay_of(&first, &duplicate);
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
+
+    /// Issue 16.4: past `IDEMPOTENCY_WAIT_SECS` (1 s here) the duplicate of a
+    /// create still held is answered `409 IDEMPOTENCY_IN_PROGRESS` with
+    /// `Retry-After` and `X-Should-Retry: true`, having changed nothing; the
+    /// first then commits, and a retry replays it. Before, SQLite kept the
+    /// duplicate waiting for as long as the first was held, and PostgreSQL
+    /// sent no `X-Should-Retry`.
+    fn a_duplicate_still_waiting_after_the_bound_is_answered_409_in_progress_with_should_retry(backend) {
+        let app = TestApp::spawn_with(backend, |s| s.idempotency_wait_secs = 1);
+        let body = order_body("Widget", 2, "9.99");
+        let held = HeldCreate::hold(&app);
+
+        let (first, duplicate) = std::thread::scope(|s| {
+            let first = s.spawn(|| app.post_order(Some("held"), &body));
+            held.wait_for_one(&app);
+            let duplicate = app.post_order(Some("held"), &body);
+            assert_eq!(app.order_count(), 0, "the duplicate created nothing");
+            held.release(&app);
+            (first.join().expect("first"), duplicate)
+        });
+
+        crate::race::assert_in_progress(&duplicate);
+        assert_eq!(first.status, 201, "{}", first.body);
+        let retry = app.post_order(Some("held"), &body);
+        assert_replay_of(&first, &retry);
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
+}
