@@ -130,6 +130,7 @@ struct WriterSlot {
     path: String,
     session: SqliteSession,
     capacity: usize,
+    lease: Duration,
     writer: Mutex<Option<Arc<Writer>>>,
 }
 
@@ -144,13 +145,17 @@ impl WriterSlot {
         }
         let unavailable =
             |e: String| WriteError::Unavailable(format!("cannot open the writer: {e}"));
-        let mut conn =
-            SqliteConnection::establish(&self.path).map_err(|e| unavailable(e.to_string()))?;
-        self.session
-            .apply(&mut conn)
-            .map_err(|e| unavailable(e.to_string()))?;
-        let writer =
-            Arc::new(Writer::start(conn, self.capacity).map_err(|e| unavailable(e.to_string()))?);
+        let (path, session) = (self.path.clone(), self.session);
+        let open = move || -> Result<SqliteConnection, String> {
+            let mut conn = SqliteConnection::establish(&path).map_err(|e| e.to_string())?;
+            session.apply(&mut conn).map_err(|e| e.to_string())?;
+            Ok(conn)
+        };
+        let conn = open().map_err(unavailable)?;
+        let writer = Arc::new(
+            Writer::start(conn, Box::new(open), self.capacity, self.lease)
+                .map_err(|e| unavailable(e.to_string()))?,
+        );
         *slot = Some(Arc::clone(&writer));
         Ok(writer)
     }
@@ -260,6 +265,7 @@ impl Pool {
                         path: url.as_str().to_owned(),
                         session,
                         capacity: options.write_queue.max(1),
+                        lease: options.lease,
                         writer: Mutex::new(None),
                     }),
                 }))

@@ -232,3 +232,132 @@ crate::both_backends! {
         assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
     }
 }
+
+/// Blocks a writer unit until the test lets it go (at most a minute).
+fn hanging_unit(
+    running: std::sync::mpsc::Sender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+) -> impl FnOnce(&mut orders_api::db::Conn<'_>) -> Result<(), diesel::result::Error> + Send + 'static
+{
+    move |conn| {
+        use diesel::connection::SimpleConnection;
+        let orders_api::db::Conn::Sqlite(c) = conn else {
+            panic!("a SQLite writer")
+        };
+        c.batch_execute(
+            "INSERT INTO api_keys (user_id, token_hash, token_prefix, created_at) \
+             VALUES ('ghost', 'hung', 'p', '2026-01-01')",
+        )?;
+        running.send(()).expect("report running");
+        let _ = release.recv_timeout(Duration::from_secs(60));
+        Ok(())
+    }
+}
+
+fn ghosts(app: &TestApp) -> i64 {
+    use diesel::prelude::*;
+    use orders_api::db::schema::sqlite::api_keys;
+    let mut pooled = app.pool.get().expect("connection");
+    let orders_api::db::Conn::Sqlite(c) = pooled.conn() else {
+        panic!("a SQLite pool")
+    };
+    api_keys::table
+        .filter(api_keys::user_id.eq("ghost"))
+        .count()
+        .get_result(c)
+        .expect("count")
+}
+
+/// Issue 16.3: a unit that hangs past the lease (1 s here) is abandoned: its
+/// caller is answered `Unavailable` while it still hangs, so is the create
+/// queued behind it (`503` with `Retry-After`), and it never commits, even
+/// once it returns; then the replaced writer serves the next writes, the
+/// refused key among them. Before, every write of the process waited for the
+/// hung unit, for as long as it hung.
+#[test]
+fn a_writer_unit_that_hangs_past_the_lease_is_abandoned_rolled_back_and_the_writer_replaced() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.lease_secs = 1);
+    let body = order_body("Widget", 1, "1");
+    let (running, on_running) = std::sync::mpsc::channel();
+    let (release, on_release) = std::sync::mpsc::channel::<()>();
+    let (hung_answer, on_hung_answer) = std::sync::mpsc::channel();
+
+    let behind = std::thread::scope(|s| {
+        let pool = app.pool.clone();
+        s.spawn(move || {
+            let answer = pool.write(hanging_unit(running, on_release));
+            let _ = hung_answer.send(answer);
+        });
+        on_running.recv_timeout(PATIENCE).expect("the unit runs");
+        let behind = s.spawn(|| app.post_order(Some("behind"), &body));
+        let answer = on_hung_answer
+            .recv_timeout(PATIENCE)
+            .expect("the hung unit's caller is answered while it hangs");
+        assert!(
+            matches!(answer, Err(orders_api::db::WriteError::Unavailable(_))),
+            "{answer:?}"
+        );
+        let behind = behind.join().expect("client");
+        // Answered while the unit still hangs; now let it return.
+        drop(release);
+        behind
+    });
+
+    assert_unavailable(&behind);
+    let stats = app.pool.writer_stats().expect("the writer ran");
+    assert!(stats.replaced >= 1, "{stats:?}");
+    let retry = app.post_order(Some("behind"), &body);
+    assert_eq!(retry.status, 201, "the refused key is free: {}", retry.body);
+    assert_not_replayed(&retry);
+    assert_eq!(ghosts(&app), 0, "the abandoned unit committed");
+    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+}
+
+/// A panic whose payload panics again when dropped: the second panic is
+/// outside the unit's `catch_unwind` and kills the writer thread.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("the writer thread dies");
+    }
+}
+
+/// Issue 16.3: a writer thread that dies mid-batch (a panic its units'
+/// `catch_unwind` cannot hold) is replaced: the create in its batch is
+/// answered `503` with `Retry-After`, nothing of the batch persists, and the
+/// next writes are served — the refused key first. Before, every write after
+/// the death was refused until a restart.
+#[test]
+fn a_writer_thread_that_dies_is_replaced_and_the_requests_it_held_are_answered_503() {
+    let app = TestApp::spawn(Backend::Sqlite);
+    let body = order_body("Widget", 1, "1");
+
+    let held = HeldWriter::hold(&app.pool);
+    let (in_batch, bomb) = std::thread::scope(|s| {
+        let in_batch = s.spawn(|| app.post_order(Some("in-batch"), &body));
+        let deadline = Instant::now() + PATIENCE;
+        while queued(&app.pool) < 1 {
+            assert!(Instant::now() < deadline, "the create never queued");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pool = app.pool.clone();
+        let bomb = s.spawn(move || {
+            pool.write(|_conn| -> Result<(), diesel::result::Error> { std::panic::panic_any(Bomb) })
+        });
+        held.release_when_queued(&app.pool, 2);
+        (
+            in_batch.join().expect("client"),
+            bomb.join().expect("bomb's caller"),
+        )
+    });
+
+    assert_unavailable(&in_batch);
+    assert!(bomb.is_err(), "{bomb:?}");
+    let stats = app.pool.writer_stats().expect("the writer ran");
+    assert!(stats.replaced >= 1, "{stats:?}");
+    assert_eq!((app.order_count(), app.ledger_count()), (0, 0));
+    let retry = app.post_order(Some("in-batch"), &body);
+    assert_eq!(retry.status, 201, "the refused key is free: {}", retry.body);
+    assert_not_replayed(&retry);
+}
