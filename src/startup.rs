@@ -37,6 +37,10 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// The largest request head accepted (actix-http's fixed limit): a bigger
 /// one is answered `431` and the connection closed.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 131_072;
+/// The most connections one worker keeps open at once (actix's default is
+/// 25,000); more wait in the kernel's accept queue. With the head and body
+/// limits and deadlines this bounds what connections can hold in memory.
+pub const MAX_CONNECTIONS_PER_WORKER: usize = 4_096;
 /// The most header fields one request may carry (actix-http's fixed
 /// limit): more are answered `431` and the connection closed.
 pub const MAX_REQUEST_HEADERS: usize = 96;
@@ -98,6 +102,7 @@ impl Application {
         .shutdown_timeout(SHUTDOWN_GRACE)
         .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
         .keep_alive(KEEP_ALIVE)
+        .max_connections(MAX_CONNECTIONS_PER_WORKER)
         .worker_max_blocking_threads(blocking_threads)
         // Ours instead of actix's, whose SIGINT stops at once: see `stop_on_signal`.
         .disable_signals();
