@@ -6,12 +6,15 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::db::{DatabaseUrl, PoolOptions};
+use crate::http::admission::DEFAULT_WRITE_ADMISSION;
 use crate::idempotency::Ledger;
 
 /// `DATABASE_URL`'s default: a file in the current folder.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
 pub(crate) const DEFAULT_LEASE_SECS: u64 = 30;
 pub(crate) const DEFAULT_DB_TIMEOUT_SECS: u64 = 3;
+/// `IDEMPOTENCY_WAIT_SECS`'s default.
+pub const DEFAULT_WAIT_SECS: u64 = 5;
 
 /// The server's settings (`serve`, and the bare `orders-api`).
 #[derive(Debug, Clone, Args)]
@@ -34,6 +37,12 @@ pub struct Settings {
     #[arg(long = "lease-secs", env = "IDEMPOTENCY_LEASE_SECS", default_value_t = DEFAULT_LEASE_SECS,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,
+
+    /// How long a request waits for another one with its Idempotency-Key to
+    /// finish before it is answered 409 IDEMPOTENCY_IN_PROGRESS, in seconds.
+    #[arg(long = "idempotency-wait-secs", env = "IDEMPOTENCY_WAIT_SECS", default_value_t = DEFAULT_WAIT_SECS,
+          value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub idempotency_wait_secs: u64,
 
     /// How often expired ledger entries are purged, in seconds.
     #[arg(long = "purge-interval-secs", env = "PURGE_INTERVAL_SECS", default_value_t = 300,
@@ -72,6 +81,12 @@ pub struct Settings {
     #[arg(long = "write-queue", env = "SQLITE_WRITE_QUEUE", default_value_t = 4_096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub write_queue: u32,
+
+    /// How many mutations this process runs or lets wait at once; past it a
+    /// mutation is answered 503 with Retry-After at once, its key untouched.
+    #[arg(long = "write-admission", env = "WRITE_ADMISSION", default_value_t = DEFAULT_WRITE_ADMISSION,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub write_admission: u32,
 
     /// HTTP worker threads (default: one per CPU core).
     #[arg(long = "workers", env = "HTTP_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -142,6 +157,7 @@ impl Settings {
             bind: "127.0.0.1:0".into(),
             retention_secs: 86_400,
             lease_secs: DEFAULT_LEASE_SECS,
+            idempotency_wait_secs: DEFAULT_WAIT_SECS,
             purge_interval_secs: 300,
             max_body_bytes: 65_536,
             cors_allowed_origins: Vec::new(),
@@ -149,6 +165,7 @@ impl Settings {
             db_timeout_secs: DEFAULT_DB_TIMEOUT_SECS,
             auth_cache_secs: 1,
             write_queue: 4_096,
+            write_admission: DEFAULT_WRITE_ADMISSION,
             workers: None,
         }
     }
@@ -163,10 +180,11 @@ impl Settings {
     }
 
     pub fn ledger(&self) -> Ledger {
-        Ledger {
-            retention: Duration::from_secs(self.retention_secs),
-            lease: Duration::from_secs(self.lease_secs),
-        }
+        Ledger::new(
+            Duration::from_secs(self.retention_secs),
+            Duration::from_secs(self.lease_secs),
+            Duration::from_secs(self.idempotency_wait_secs),
+        )
     }
 
     pub fn cors_origins(&self) -> Vec<String> {

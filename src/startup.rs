@@ -9,7 +9,8 @@ use actix_web::{App, HttpServer, web};
 
 use crate::auth::cache::TokenCache;
 use crate::config::Settings;
-use crate::db::Pool;
+use crate::db::{Backend, Pool};
+use crate::http::admission::{Admission, READ_BLOCKING_THREADS, WriteConnections};
 use crate::http::{self, AppState};
 use crate::idempotency::Ledger;
 use crate::telemetry;
@@ -22,11 +23,6 @@ const PURGE_MAX_BATCHES_PER_ROUND: usize = 1_000;
 const PURGE_PAUSE: Duration = Duration::from_millis(5);
 /// How long in-flight requests may run after SIGTERM.
 const SHUTDOWN_GRACE: u64 = 30;
-/// Blocking threads per HTTP worker (database work runs on them). Each
-/// waiting request holds one — on SQLite while its batch commits — so this
-/// bounds the batch size only far above any pool; tokio's default (512 per
-/// worker) would let a burst grow hundreds of thread stacks and malloc arenas.
-const BLOCKING_THREADS_PER_WORKER: usize = 64;
 /// How often histogram samples are folded into their buckets, so that they
 /// do not pile up in memory between two scrapes of `/metrics`.
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
@@ -41,6 +37,10 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// The largest request head accepted (actix-http's fixed limit): a bigger
 /// one is answered `431` and the connection closed.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 131_072;
+/// The most connections one worker keeps open at once (actix's default is
+/// 25,000); more wait in the kernel's accept queue. With the head and body
+/// limits and deadlines this bounds what connections can hold in memory.
+pub const MAX_CONNECTIONS_PER_WORKER: usize = 4_096;
 /// The most header fields one request may carry (actix-http's fixed
 /// limit): more are answered `431` and the connection closed.
 pub const MAX_REQUEST_HEADERS: usize = 96;
@@ -74,7 +74,22 @@ impl Application {
             ledger: settings.ledger(),
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             metrics: telemetry::metrics_handle(),
+            admission: Admission::new(settings.write_admission),
+            write_connections: match pool.backend() {
+                Backend::Postgres => Some(WriteConnections::for_pool(settings.pool_size)),
+                Backend::Sqlite => None,
+            },
+            connection_timeout: Duration::from_secs(settings.db_timeout_secs),
         });
+        // Blocking threads per worker (database work runs on them): every
+        // write this process admits, on one worker at worst, and as many
+        // again for reads. Each waiting write holds one — on SQLite while
+        // its batch commits — and tokio's default (512 per worker) would let
+        // a burst grow hundreds of thread stacks and malloc arenas.
+        let blocking_threads = state
+            .admission
+            .bound()
+            .saturating_add(READ_BLOCKING_THREADS);
         let origins = settings.cors_origins();
         let mut server = HttpServer::new(move || {
             App::new()
@@ -87,7 +102,8 @@ impl Application {
         .shutdown_timeout(SHUTDOWN_GRACE)
         .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
         .keep_alive(KEEP_ALIVE)
-        .worker_max_blocking_threads(BLOCKING_THREADS_PER_WORKER)
+        .max_connections(MAX_CONNECTIONS_PER_WORKER)
+        .worker_max_blocking_threads(blocking_threads)
         // Ours instead of actix's, whose SIGINT stops at once: see `stop_on_signal`.
         .disable_signals();
         if let Some(workers) = settings.workers {

@@ -103,6 +103,7 @@ impl Pool {
                         url.as_str(),
                         session,
                         options.write_queue.max(1),
+                        options.lease,
                     )),
                 }))
             }

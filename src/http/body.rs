@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::time::Duration;
 
 use actix_web::http::header;
 use actix_web::{HttpMessage, HttpRequest, web};
@@ -16,8 +17,26 @@ pub fn is_json(req: &HttpRequest) -> bool {
     matches!(req.mime_type(), Ok(Some(m)) if m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none())
 }
 
-/// Reads the whole body, refusing more than `limit` bytes.
+/// How long a request body may take to arrive, counted from the moment its
+/// head was read: a body still incomplete then is answered `408` and the
+/// connection closed, before anything is recorded. With
+/// `CLIENT_REQUEST_TIMEOUT` for the head, a trickling client holds a
+/// connection at most their sum.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads the whole body, refusing more than `limit` bytes, or one that has
+/// not fully arrived within [`BODY_TIMEOUT`].
 pub async fn read_limited(
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<web::Bytes, ApiError> {
+    actix_web::rt::time::timeout(BODY_TIMEOUT, read_all(req, payload, limit))
+        .await
+        .map_err(|_| ApiError::BodyTimeout(BODY_TIMEOUT))?
+}
+
+async fn read_all(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,

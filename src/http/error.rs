@@ -19,6 +19,10 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub const IN_PROGRESS_RETRY_AFTER: u32 = 1;
 /// Seconds a client should wait before retrying a `503`.
 pub const UNAVAILABLE_RETRY_AFTER: u32 = 2;
+/// Sent (`true`) on every `503` and on `409 IDEMPOTENCY_IN_PROGRESS`: the
+/// hint the retry engines of generated API SDKs read (several retry `5xx`
+/// and `429` by their status, but not a bare `409`).
+pub const SHOULD_RETRY_HEADER: &str = "x-should-retry";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -32,6 +36,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("{0}")]
     MalformedJson(String),
+    /// The body had not fully arrived within this long after the head.
+    #[error("the request body did not arrive within {} s", .0.as_secs())]
+    BodyTimeout(std::time::Duration),
     #[error("the request body failed validation")]
     Validation(Vec<FieldError>),
     #[error("{0}")]
@@ -53,6 +60,11 @@ pub enum ApiError {
     /// The cause is logged, never sent.
     #[error("the service is temporarily unavailable")]
     Unavailable(String),
+    /// Refused at the door: this process already admits as many writes as
+    /// it may (`WRITE_ADMISSION`). Counted, not logged: under overload it is
+    /// the common answer.
+    #[error("the service is handling as many writes as it admits at once; retry shortly")]
+    Overloaded,
     /// The cause is logged, never sent.
     #[error("an internal error occurred")]
     Internal(String),
@@ -89,6 +101,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             ApiError::MalformedJson(_) => "MALFORMED_JSON",
+            ApiError::BodyTimeout(_) => "REQUEST_TIMEOUT",
             ApiError::NotFound => "NOT_FOUND",
             ApiError::MethodNotAllowed(_) => "METHOD_NOT_ALLOWED",
             ApiError::OrderNotPending => "ORDER_NOT_PENDING",
@@ -103,7 +116,7 @@ impl ApiError {
                 500..=599 => "INTERNAL_ERROR",
                 _ => "BAD_REQUEST",
             },
-            ApiError::Unavailable(_) => "SERVICE_UNAVAILABLE",
+            ApiError::Unavailable(_) | ApiError::Overloaded => "SERVICE_UNAVAILABLE",
             ApiError::Internal(_) => "INTERNAL_ERROR",
         }
     }
@@ -116,13 +129,14 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::PayloadTooLarge(_) => "Payload too large",
             ApiError::MalformedJson(_) => "Malformed JSON",
+            ApiError::BodyTimeout(_) => "Request timeout",
             ApiError::NotFound => "Not found",
             ApiError::MethodNotAllowed(_) => "Method not allowed",
             ApiError::OrderNotPending => "Order not pending",
             ApiError::KeyReused => "Idempotency-Key reused",
             ApiError::InProgress => "Request in progress",
             ApiError::Refused(..) => "Request refused",
-            ApiError::Unavailable(_) => "Service unavailable",
+            ApiError::Unavailable(_) | ApiError::Overloaded => "Service unavailable",
             ApiError::Internal(_) => "Internal server error",
         }
     }
@@ -135,6 +149,7 @@ impl ApiError {
             }
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -142,7 +157,7 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Refused(status, _) => *status,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -151,11 +166,16 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => vec![(header::WWW_AUTHENTICATE, "Bearer".to_owned())],
             ApiError::MethodNotAllowed(allow) => vec![(header::ALLOW, allow.clone())],
-            ApiError::InProgress => {
-                vec![(header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string())]
-            }
-            ApiError::Unavailable(_) => {
-                vec![(header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string())]
+            ApiError::InProgress => vec![
+                (header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string()),
+                should_retry(),
+            ],
+            ApiError::Unavailable(_) | ApiError::Overloaded => vec![
+                (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
+                should_retry(),
+            ],
+            ApiError::Refused(status, _) if *status == StatusCode::SERVICE_UNAVAILABLE => {
+                vec![should_retry()]
             }
             _ => Vec::new(),
         }
@@ -201,6 +221,13 @@ impl ApiError {
     }
 }
 
+fn should_retry() -> (HeaderName, String) {
+    (
+        HeaderName::from_static(SHOULD_RETRY_HEADER),
+        "true".to_owned(),
+    )
+}
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         self.status()
@@ -214,6 +241,11 @@ impl ResponseError for ApiError {
             if let Ok(value) = HeaderValue::from_str(&value) {
                 response.insert_header((name, value));
             }
+        }
+        // The rest of a late body may still be on its way: the connection
+        // cannot carry another request.
+        if matches!(self, ApiError::BodyTimeout(_)) {
+            response.force_close();
         }
         response.body(serde_json::to_vec(&self.problem()).unwrap_or_default())
     }

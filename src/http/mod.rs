@@ -1,6 +1,7 @@
 //! The HTTP layer: routes, authentication, bodies, and the mapping of every
 //! outcome to a response.
 
+pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod error;
@@ -28,6 +29,13 @@ pub struct AppState {
     pub ledger: Ledger,
     pub max_body_bytes: usize,
     pub metrics: PrometheusHandle,
+    /// How many mutations this process runs or lets wait at once.
+    pub admission: admission::Admission,
+    /// PostgreSQL: how many connections those may hold at once (`None` on
+    /// SQLite, whose writes go through the one writer).
+    pub write_connections: Option<admission::WriteConnections>,
+    /// How long a write waits for one of those before a `503`.
+    pub connection_timeout: std::time::Duration,
 }
 
 /// One operation the service answers: a method on a path. [`routes`]
@@ -170,6 +178,7 @@ pub fn cors(allowed_origins: &[String]) -> Cors {
             header::RETRY_AFTER,
             header::HeaderName::from_static("idempotent-replayed"),
             header::HeaderName::from_static("x-request-id"),
+            header::HeaderName::from_static(error::SHOULD_RETRY_HEADER),
         ])
         .max_age(600)
         .block_on_origin_mismatch(false);

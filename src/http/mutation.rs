@@ -107,9 +107,22 @@ impl Mutation {
             + 'static,
     {
         let ctx = self.ctx;
+        // Admitted before any blocking thread or connection is taken; the
+        // slot is held until the blocking work ends.
+        let Some(admitted) = state.admission.try_admit() else {
+            metrics::counter!("orders_api_writes_shed_total").increment(1);
+            return Err(ApiError::Overloaded);
+        };
         // One trip to the blocking pool: the ledger's pre-read and, for a
         // new key, the wait for the unit's commit.
         let outcome = web::block(move || {
+            let _admitted = admitted;
+            let _connection = match &state.write_connections {
+                Some(share) => Some(share.acquire(state.connection_timeout).ok_or_else(|| {
+                    LedgerError::Unavailable("no write connection came free".into())
+                })?),
+                None => None,
+            };
             let request = LedgerRequest {
                 user_id: &ctx.user_id,
                 key: &ctx.key,

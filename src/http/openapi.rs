@@ -36,13 +36,16 @@ const REQUEST_ID: &str = "X-Request-Id";
 /// The methods whose handlers run through [`super::mutation::Mutation`].
 const MUTATING: [&str; 4] = ["put", "post", "patch", "delete"];
 /// The answers of a mutation that no replay gives: the checks before the
-/// ledger (`400`, `401`, `413`, `415`, the route's `422`), and a `201`, which
-/// replays as `200`. Nor does any `5xx`, which is never recorded.
-const NEVER_REPLAYED: [&str; 6] = ["201", "400", "401", "413", "415", "422"];
+/// ledger (`400`, `401`, `408`, `413`, `415`, the route's `422`), and a `201`,
+/// which replays as `200`. Nor does any `5xx`, which is never recorded.
+const NEVER_REPLAYED: [&str; 7] = ["201", "400", "401", "408", "413", "415", "422"];
 /// The ledger's conflicts, which any mutation can answer with `409`.
 const LEDGER_CONFLICTS: &str = "`IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`: this key was \
-    used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key is still \
-    running; retry after `Retry-After` seconds.";
+    used for a different request. `IDEMPOTENCY_IN_PROGRESS`: a request with this key was still \
+    running after the server waited for it (`IDEMPOTENCY_WAIT_SECS`); retry after `Retry-After` \
+    seconds (`X-Should-Retry: true`).";
+/// The hint generated API SDKs read to retry an answer they would not retry by its status.
+const SHOULD_RETRY: &str = "X-Should-Retry";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -146,15 +149,19 @@ impl Modify for Shared {
                     add_problem(
                         operation,
                         "503",
-                        "`SERVICE_UNAVAILABLE`: the database is unreachable or busy. Nothing was \
-                         recorded: retry with the same `Idempotency-Key`.",
-                        [(
-                            "Retry-After",
-                            header(
-                                ObjectBuilder::new().schema_type(Type::Integer),
-                                "Seconds to wait before retrying.",
+                        "`SERVICE_UNAVAILABLE`: the database is unreachable or busy, or this \
+                         process already admits as many writes as it may (`WRITE_ADMISSION`). \
+                         Nothing was recorded: retry with the same `Idempotency-Key`.",
+                        [
+                            (
+                                "Retry-After",
+                                header(
+                                    ObjectBuilder::new().schema_type(Type::Integer),
+                                    "Seconds to wait before retrying.",
+                                ),
                             ),
-                        )],
+                            (SHOULD_RETRY, string_header("`true`: safe to retry.")),
+                        ],
                     );
                     add_problem(
                         operation,
@@ -282,6 +289,13 @@ fn add_mutation_responses(operation: &mut Operation) {
     );
     add_problem(
         operation,
+        "408",
+        "`REQUEST_TIMEOUT`: the body had not fully arrived 10 s after the request's head; the \
+         connection is closed. Nothing was recorded.",
+        [],
+    );
+    add_problem(
+        operation,
         "413",
         "`PAYLOAD_TOO_LARGE`: the body is larger than `MAX_BODY_BYTES`.",
         [],
@@ -309,6 +323,12 @@ fn add_mutation_responses(operation: &mut Operation) {
                     u32::schema(),
                     "Seconds to wait before retrying with the same key \
                      (`IDEMPOTENCY_IN_PROGRESS` only).",
+                )),
+            );
+            response.headers.insert(
+                SHOULD_RETRY.to_owned(),
+                RefOr::T(string_header(
+                    "`true` on `IDEMPOTENCY_IN_PROGRESS`: retry with the same key.",
                 )),
             );
         }

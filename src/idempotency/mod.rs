@@ -17,11 +17,17 @@
 //!    answers (a replay, or a refusal). So exactly one request per key ever
 //!    commits its change, and a change never persists without its entry.
 //!
-//! Concurrent requests with one key never run their mutations side by side:
-//! on SQLite units run one at a time; on PostgreSQL each unit first takes a
-//! transaction-scoped advisory lock on the key (`store::lock_key`), so a
-//! second one waits — and finds the first's entry once it commits, or gives
-//! up after `lock_timeout` with `IDEMPOTENCY_IN_PROGRESS`.
+//! Concurrent requests with one key never run their mutations side by side,
+//! and a duplicate waits for the first without a database connection:
+//! within a process the second waits on the key's entry in `InFlight` (one
+//! request per key enters the ledger at a time); on SQLite units also run
+//! one at a time; on PostgreSQL each unit first tries a transaction-scoped
+//! advisory lock on the key (`store::lock_key`), and a unit that finds it
+//! held — by another process — rolls back at once, releasing its
+//! connection, and the request looks again after a doubling pause. Either
+//! way it finds the first's entry once that commits (a replay or a
+//! refusal), or runs when the first recorded nothing; still held after
+//! [`Ledger::wait`]: `IDEMPOTENCY_IN_PROGRESS`.
 //!
 //! Nothing of a request is committed before its response, so a holder that
 //! dies takes everything with it and its key is free at once. The lease
@@ -31,15 +37,18 @@
 //! statement, for longer than the lease.
 
 mod fingerprint;
+mod inflight;
 mod key;
 pub(crate) mod store;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use diesel::result::Error as DieselError;
 
 pub use fingerprint::Fingerprint;
+use inflight::InFlight;
 pub use key::{HEADER, IdempotencyKey, KeyError, MAX_LEN};
 
 use crate::db::{self, Conn, Failure, Pool, WriteError};
@@ -174,33 +183,62 @@ pub struct LedgerRequest<'a> {
     pub fingerprint: &'a Fingerprint,
 }
 
-/// The ledger's settings.
-#[derive(Debug, Clone, Copy)]
+/// The ledger's settings, and the keys this process is running requests for.
+#[derive(Debug, Clone)]
 pub struct Ledger {
     pub retention: Duration,
     pub lease: Duration,
+    /// How long a request waits for another one with its key to finish
+    /// before it is answered [`Outcome::InProgress`].
+    pub wait: Duration,
+    in_flight: Arc<InFlight>,
 }
 
+/// The first pause between two looks at a key another process holds; it
+/// doubles up to [`POLL_MAX`].
+const POLL_FIRST: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(200);
+
 /// Why the unit of writing was rolled back.
-enum Abort<E> {
+enum Abort<E, F> {
     Database(DieselError),
     /// Roll back and answer with this outcome.
     Answer(Outcome),
     LeaseExpired,
     Operation(E),
+    /// Another unit holds the key (PostgreSQL, any process): the mutation
+    /// did not run and comes back for the next try.
+    Busy(F),
 }
 
-impl<E> From<DieselError> for Abort<E> {
+impl<E, F> From<DieselError> for Abort<E, F> {
     fn from(e: DieselError) -> Self {
         Abort::Database(e)
     }
 }
 
 impl Ledger {
+    pub fn new(retention: Duration, lease: Duration, wait: Duration) -> Self {
+        Self {
+            retention,
+            lease,
+            wait,
+            in_flight: Arc::default(),
+        }
+    }
+
     /// Answers one mutating request: replays, refuses, or runs `mutation`
     /// exactly once and records its response in the same unit of writing
     /// (see [`Pool::write`]). `mutation`'s `Err` (a 5xx) rolls the unit back
     /// and frees the key.
+    ///
+    /// A request whose key another one is running waits for it, at most
+    /// [`Ledger::wait`], without holding a database connection: in this
+    /// process on the key's entry in [`InFlight`] (woken when the first is
+    /// over), across processes (PostgreSQL) by looking again with a
+    /// doubling pause; then it answers what the first recorded — or runs,
+    /// when the first recorded nothing. Still held at the deadline:
+    /// [`Outcome::InProgress`].
     pub fn execute<E, F>(
         &self,
         pool: &Pool,
@@ -211,19 +249,61 @@ impl Ledger {
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
-        let key = request.key.as_str().to_owned();
-        let user = request.user_id.to_owned();
-        let fingerprint = request.fingerprint.as_str().to_owned();
-        {
-            let mut pooled = pool
-                .get()
-                .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-            let existing = store::find(&mut pooled.conn(), &key, &user).map_err(database_error)?;
-            if let Some(outcome) = existing.map(|entry| decide(entry, &fingerprint)) {
-                return Ok(outcome);
+        let key = request.key.as_str();
+        let user = request.user_id;
+        let fingerprint = request.fingerprint.as_str();
+        let deadline = Instant::now() + self.wait;
+        let Some(_running) = self.in_flight.enter(user, key, deadline, self.lease) else {
+            return Ok(Outcome::InProgress);
+        };
+        let mut mutation = mutation;
+        let mut pause = POLL_FIRST;
+        loop {
+            {
+                let mut pooled = pool
+                    .get()
+                    .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+                let existing =
+                    store::find(&mut pooled.conn(), key, user).map_err(database_error)?;
+                if let Some(outcome) = existing.map(|entry| decide(entry, fingerprint)) {
+                    return Ok(outcome);
+                }
+            }
+            match pool.write(self.unit(key, user, fingerprint, mutation))? {
+                Ok(outcome) => return Ok(outcome),
+                Err(Abort::Busy(back)) => {
+                    mutation = back;
+                    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                        return Ok(Outcome::InProgress);
+                    };
+                    std::thread::sleep(pause.min(left));
+                    pause = pause.saturating_mul(2).min(POLL_MAX);
+                }
+                Err(Abort::Answer(outcome)) => return Ok(outcome),
+                Err(Abort::LeaseExpired) => return Err(LedgerError::LeaseExpired),
+                Err(Abort::Operation(e)) => return Err(LedgerError::Operation(e)),
+                // A writer outside this protocol holds a row of this key.
+                Err(Abort::Database(e)) if db::classify(&e) == Failure::LockTimeout => {
+                    return Ok(Outcome::InProgress);
+                }
+                Err(Abort::Database(e)) => return Err(database_error(e)),
             }
         }
+    }
 
+    /// One try at running `mutation` for the key as a unit of writing.
+    fn unit<E, F>(
+        &self,
+        key: &str,
+        user: &str,
+        fingerprint: &str,
+        mutation: F,
+    ) -> impl FnOnce(&mut Conn<'_>) -> Result<Outcome, Abort<E, F>> + Send + 'static
+    where
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static,
+    {
+        let (key, user, fingerprint) = (key.to_owned(), user.to_owned(), fingerprint.to_owned());
         let now = Utc::now();
         // Every committed entry is complete (the change and its response
         // commit together), so retention alone decides when it may go.
@@ -232,15 +312,12 @@ impl Ledger {
             .checked_add_signed(keep)
             .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
         let lease = self.lease;
-        let unit = move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E>> {
-            let entry = |conn: &mut Conn<'_>| -> Result<Option<Outcome>, Abort<E>> {
+        move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E, F>> {
+            let entry = |conn: &mut Conn<'_>| -> Result<Option<Outcome>, DieselError> {
                 Ok(store::find(conn, &key, &user)?.map(|e| decide(e, &fingerprint)))
             };
             if !store::lock_key(conn, &key, &user)? {
-                // Another unit held the key until now; it may have recorded it.
-                if let Some(outcome) = entry(conn)? {
-                    return Err(Abort::Answer(outcome));
-                }
+                return Err(Abort::Busy(mutation));
             }
             // The lease runs from the moment the unit holds the key, not
             // from the request's start: a request that waited for a dying
@@ -277,16 +354,6 @@ impl Ledger {
             };
             // Roll back: what the mutation did (if anything) must not stay.
             Err(Abort::Answer(found))
-        };
-        match pool.write(unit)? {
-            Ok(outcome) => Ok(outcome),
-            Err(Abort::Answer(outcome)) => Ok(outcome),
-            Err(Abort::LeaseExpired) => Err(LedgerError::LeaseExpired),
-            Err(Abort::Operation(e)) => Err(LedgerError::Operation(e)),
-            Err(Abort::Database(e)) if db::classify(&e) == Failure::LockTimeout => {
-                Ok(Outcome::InProgress)
-            }
-            Err(Abort::Database(e)) => Err(database_error(e)),
         }
     }
 

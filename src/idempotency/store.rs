@@ -42,12 +42,6 @@ diesel::define_sql_function! {
     fn pg_try_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
 }
 
-diesel::define_sql_function! {
-    /// PostgreSQL: waits (at most `lock_timeout`) for a transaction-scoped
-    /// advisory lock. Returns `void`; only ever executed, never read.
-    fn pg_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
-}
-
 /// The advisory-lock id of `(key, user_id)`: 64 bits of a SHA-256, so two
 /// keys share a lock only by a chance of one in 2^64 (and then merely wait).
 fn lock_id(key: &str, user_id: &str) -> i64 {
@@ -63,22 +57,16 @@ fn lock_id(key: &str, user_id: &str) -> i64 {
 }
 
 /// Makes this unit the only one running for `(key, user_id)` until it ends:
-/// `true` at once when no other unit held the key, `false` after waiting for
-/// one that did (which may have recorded the key meanwhile). On PostgreSQL a
-/// transaction-scoped advisory lock, across processes; the wait gives up
-/// after `lock_timeout` with an error that [`crate::db::classify`] calls a
-/// lock timeout. On SQLite nothing to do: the writer (and `BEGIN IMMEDIATE`
+/// `true` when no other unit held the key, `false` at once when one does
+/// (the caller rolls back and looks again later, holding no connection
+/// meanwhile). On PostgreSQL a transaction-scoped advisory lock, across
+/// processes. On SQLite nothing to do: the writer (and `BEGIN IMMEDIATE`
 /// across processes) runs one unit at a time.
 pub fn lock_key(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<bool> {
     match conn {
         Conn::Sqlite(_) => Ok(true),
         Conn::Postgres(c) => {
-            let id = lock_id(key, user_id);
-            if diesel::select(pg_try_advisory_xact_lock(id)).get_result::<bool>(*c)? {
-                return Ok(true);
-            }
-            diesel::select(pg_advisory_xact_lock(id)).execute(*c)?;
-            Ok(false)
+            diesel::select(pg_try_advisory_xact_lock(lock_id(key, user_id))).get_result::<bool>(*c)
         }
     }
 }

@@ -95,6 +95,50 @@ both_backends! {
         assert_eq!(process::ledger_count(&pool), 2);
         assert_eq!(gauges, vec![Some(0.0); 20], "a scrape counted the ledger");
     }
+
+    /// Issue 16.2: a body trickled one byte a second after a complete head
+    /// is answered `408 REQUEST_TIMEOUT` once `BODY_TIMEOUT` (10 s) has
+    /// passed, long before `PATIENCE`, and the connection closed; nothing
+    /// is recorded and the key stays free. Before, the body had no
+    /// deadline: the connection stayed open as long as the client trickled.
+    fn a_client_trickling_its_body_is_answered_408_disconnected_and_nothing_is_recorded(backend) {
+        let app = TestApp::spawn(backend);
+        let body = order_body("Widget", 1, "1.00");
+        let padded = format!("{body:<200}");
+        let mut stream = connect(&app.address);
+        let head = format!(
+            "POST /v1/orders HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+             Idempotency-Key: trickled\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            app.token,
+            padded.len()
+        );
+        stream.write_all(head.as_bytes()).expect("send the head");
+        let done = AtomicBool::new(false);
+
+        let (answer, closed) = std::thread::scope(|s| {
+            let mut writer = stream.try_clone().expect("clone the stream");
+            let (done, bytes) = (&done, padded.as_bytes());
+            s.spawn(move || {
+                for byte in bytes.chunks(1).take(PATIENCE.as_secs() as usize + 5) {
+                    if done.load(Ordering::SeqCst) || writer.write_all(byte).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            });
+            let result = read_until_closed(&mut stream);
+            done.store(true, Ordering::SeqCst);
+            result
+        });
+
+        assert!(answer.starts_with("HTTP/1.1 408"), "answer: {answer:?}");
+        assert!(answer.contains("REQUEST_TIMEOUT"), "answer: {answer:?}");
+        assert!(closed, "the trickling client's connection is still open");
+        assert_eq!((app.order_count(), app.ledger_count()), (0, 0), "nothing recorded");
+        let retry = app.post_order(Some("trickled"), &body);
+        assert_eq!(retry.status, 201, "the key is free: {}", retry.body);
+    }
 }
 
 /// Reads until the server closes the connection (or `PATIENCE` runs out);

@@ -445,3 +445,51 @@ fn the_outbox_lives_in_the_users_data_directory_unless_named() {
     assert!(xdg.join("orders-api/outbox.db").is_file());
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// Issue 16.5: `sync --max-wait N` returns within N seconds plus one
+/// connect timeout whatever the server does — here a server that accepts
+/// every connection and never answers, with three operations pending. Each
+/// request may take only what is left of the deadline, and nothing is sent
+/// once it has passed; before, each send waited its own 10 s (30 s and more).
+#[test]
+fn sync_against_a_server_that_never_answers_gives_up_at_its_max_wait_and_keeps_every_operation_pending()
+ {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts, keeps every connection open, answers nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let client = ClientProcess {
+        outbox: TempOutbox::new(),
+        token: "unused".into(),
+    };
+    let ops: Vec<i64> = {
+        let mut outbox = client.outbox();
+        (0..3).map(|n| enqueue_create(&mut outbox, n)).collect()
+    };
+    let max_wait = Duration::from_secs(2);
+    let connect = orders_client::Server::new(&address, "t").connect_timeout;
+
+    let started = Instant::now();
+    let gave_up = client.run(&address, &["sync", "--max-wait", "2"]);
+    let took = started.elapsed();
+
+    assert!(!gave_up.status.success(), "{}", text(&gave_up.stdout));
+    let line = text(&gave_up.stderr);
+    assert!(line.contains("3 operation(s) still pending"), "{line}");
+    // An outcome bound, generous: the old behaviour took 30 s.
+    assert!(
+        took < max_wait + connect + Duration::from_secs(5),
+        "sync --max-wait 2 ran {took:?}"
+    );
+    let mut outbox = client.outbox();
+    for id in ops {
+        let op = outbox.get(id).unwrap();
+        assert_eq!(op.state(), State::Pending, "{op:?}");
+        assert!(op.attempts <= 1, "sent after the deadline: {op:?}");
+    }
+}

@@ -8,6 +8,7 @@ mod atk_broken;
 mod atk_command;
 mod auth;
 mod bodies;
+mod bounds;
 mod cli;
 mod client;
 mod client_retries;

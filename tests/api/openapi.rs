@@ -11,10 +11,11 @@ use crate::helpers::*;
 const MUTATING: [&str; 4] = ["post", "put", "patch", "delete"];
 
 /// Every problem code of SPEC §3–4.
-const ERROR_CODES: [&str; 11] = [
+const ERROR_CODES: [&str; 12] = [
     "UNAUTHORIZED",
     "VALIDATION_FAILED",
     "MALFORMED_JSON",
+    "REQUEST_TIMEOUT",
     "PAYLOAD_TOO_LARGE",
     "UNSUPPORTED_MEDIA_TYPE",
     "NOT_FOUND",

@@ -110,6 +110,11 @@ pub(crate) fn assert_in_progress(r: &TestResponse) {
         retry_after.parse::<u32>().is_ok_and(|s| s >= 1),
         "Retry-After must be whole seconds: {retry_after}"
     );
+    assert_eq!(
+        r.header("X-Should-Retry"),
+        Some("true"),
+        "X-Should-Retry on IDEMPOTENCY_IN_PROGRESS"
+    );
 }
 
 both_backends! {

@@ -15,6 +15,10 @@ pub struct Server {
     /// How long one request may take before it counts as a lost answer.
     /// Far below the outbox's lease, so a lease never ends mid-request.
     pub timeout: Duration,
+    /// How long opening a connection may take. A drain's last send may
+    /// start just before its deadline and is still given this long, so a
+    /// drain ends at most this much after its `max_wait`.
+    pub connect_timeout: Duration,
     /// The backoff ceiling of the first retry, doubled for each one after.
     pub base_delay: Duration,
     /// No wait is longer, `Retry-After` included.
@@ -27,6 +31,7 @@ impl Server {
             base_url: base_url.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
             base_delay: Duration::from_millis(200),
             max_delay: Duration::from_secs(10),
         }
@@ -108,6 +113,7 @@ impl<'a> Sender<'a> {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(server.timeout))
+            .timeout_connect(Some(server.connect_timeout))
             .build()
             .into();
         Ok(Self {
@@ -126,11 +132,18 @@ impl<'a> Sender<'a> {
         let Some(claimed) = self.outbox.claim(&self.drainer, Some(id))? else {
             return Ok(None);
         };
-        self.send_and_record(&claimed).map(Some)
+        self.send_and_record(&claimed, self.server.timeout)
+            .map(Some)
     }
 
     /// Sends until nothing is pending, or until `max_wait` has passed while
     /// something still is; `progress` hears after each step.
+    ///
+    /// Returns within `max_wait` plus one connect timeout, whatever the
+    /// server does: the deadline is checked before every send (once it has
+    /// passed nothing more is sent; the first send of a drain always goes),
+    /// and each request may take only what is left of it, and at least the
+    /// connect timeout.
     pub fn drain(
         &mut self,
         max_wait: Duration,
@@ -138,9 +151,22 @@ impl<'a> Sender<'a> {
     ) -> Result<Drained, SendError> {
         let deadline = Instant::now() + max_wait;
         let mut last_error = None;
+        let mut sent = false;
         loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if sent && left.is_zero() {
+                let (pending, _) = self.outbox.pending()?;
+                return Ok(Drained {
+                    pending,
+                    last_error,
+                });
+            }
             if let Some(claimed) = self.outbox.claim(&self.drainer, None)? {
-                if let Outcome::Retry { reason, .. } = self.send_and_record(&claimed)? {
+                let budget = left
+                    .max(self.server.connect_timeout)
+                    .min(self.server.timeout);
+                sent = true;
+                if let Outcome::Retry { reason, .. } = self.send_and_record(&claimed, budget)? {
                     last_error = Some(reason);
                 }
                 progress(self.outbox);
@@ -169,9 +195,15 @@ impl<'a> Sender<'a> {
         }
     }
 
-    fn send_and_record(&mut self, claimed: &Claimed) -> Result<Outcome, SendError> {
+    /// Sends `claimed` (the request may take at most `timeout`) and
+    /// records its outcome.
+    fn send_and_record(
+        &mut self,
+        claimed: &Claimed,
+        timeout: Duration,
+    ) -> Result<Outcome, SendError> {
         crash_if(CrashPoint::AfterClaim, self.crash_at);
-        let outcome = self.send(claimed);
+        let outcome = self.send(claimed, timeout);
         crash_if(CrashPoint::AfterSend, self.crash_at);
         let outcome = match outcome {
             Ok(outcome) => outcome,
@@ -192,7 +224,7 @@ impl<'a> Sender<'a> {
     /// One request. Connection errors, timeouts, `5xx`, `429` and
     /// `409 IDEMPOTENCY_IN_PROGRESS` come back as a retry after a full-jitter
     /// backoff, at least the answer's `Retry-After`.
-    fn send(&self, claimed: &Claimed) -> Result<Outcome, SendError> {
+    fn send(&self, claimed: &Claimed, timeout: Duration) -> Result<Outcome, SendError> {
         let retry = |reason: String, at_least: Duration| Outcome::Retry {
             reason,
             after: backoff(&self.server, claimed.attempts)
@@ -217,6 +249,11 @@ impl<'a> Sender<'a> {
                 ));
             }
         };
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(Some(timeout))
+            .build();
         let mut response = match self.agent.run(request) {
             Ok(response) => response,
             // Refused, reset, timed out: it may have run; the key makes the retry safe.

@@ -1,0 +1,81 @@
+//! The benchmark's overload case alone (`examples/bench/overload.rs` says
+//! what it measures):
+//!
+//! ```sh
+//! cargo build --release --bin orders-api --example overload
+//! ORDERS_API_BIN=target/release/orders-api target/release/examples/overload
+//! BENCH_DATABASE_URL=postgres://USER@HOST/DB ORDERS_API_BIN=… target/release/examples/overload
+//! ```
+//!
+//! On PostgreSQL it creates (and drops) a database of its own next to the
+//! one the URL names. `BENCH_SECONDS` (10) is how long the overload lasts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "bench/overload.rs"]
+mod overload;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use orders_api::db::{self, DatabaseUrl, Pool};
+use orders_api::http::admission::DEFAULT_WRITE_ADMISSION;
+
+fn main() {
+    let bin = std::env::var_os("ORDERS_API_BIN")
+        .map(std::path::PathBuf::from)
+        .expect("ORDERS_API_BIN: the release orders-api binary");
+    let seconds = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let name = format!("orders_overload_{}", std::process::id());
+    let admin = std::env::var("BENCH_DATABASE_URL").ok();
+    let (url, store, label) = match &admin {
+        Some(admin) => {
+            let mut conn = PgConnection::establish(admin).expect("BENCH_DATABASE_URL");
+            conn.batch_execute(&format!("CREATE DATABASE {name}"))
+                .expect("create the database");
+            let url = DatabaseUrl::parse(admin)
+                .ok()
+                .and_then(|u| u.with_database(&name))
+                .expect("a postgres:// URL")
+                .as_str()
+                .to_owned();
+            (url.clone(), overload::Store::Postgres(url), "PostgreSQL")
+        }
+        None => {
+            let path = std::env::temp_dir().join(format!("{name}.db"));
+            let url = format!("sqlite://{}", path.display());
+            (url.clone(), overload::Store::Sqlite(url), "SQLite")
+        }
+    };
+    let parsed = DatabaseUrl::parse(&url).expect("database URL");
+    db::run_migrations(&parsed).expect("migrations");
+    let token = {
+        let pool = Pool::connect(
+            &parsed,
+            &orders_api::config::Settings::for_database(parsed.clone()).pool_options(),
+        )
+        .expect("pool");
+        let mut pooled = pool.get().expect("connection");
+        orders_api::auth::create(&mut pooled.conn(), "bench").expect("token")
+    };
+    let (mut server, base) = overload::start_server(&bin, &url);
+    let bound = usize::try_from(DEFAULT_WRITE_ADMISSION).unwrap();
+    let figures = overload::run(&server, &base, &token, &store, bound, seconds);
+    println!("{}", figures.markdown(label));
+    let _ = server.kill();
+    let _ = server.wait();
+    match admin {
+        Some(admin) => {
+            if let Ok(mut conn) = PgConnection::establish(&admin) {
+                let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            }
+        }
+        None => {
+            let path = url.trim_start_matches("sqlite://");
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+        }
+    }
+}
