@@ -18,6 +18,10 @@
 //!   same stack (actix-web, diesel, r2d2, a blocking hop), one row inserted
 //!   per request in its own transaction (`BEGIN IMMEDIATE`; SQLite at
 //!   `synchronous = NORMAL`, the per-request ceiling) or read by primary key;
+//! - SQLite only: **bare insert, group commit FULL**: the service's own
+//!   writer (one transaction for whatever is queued, a savepoint per row) at
+//!   `synchronous = FULL`, doing nothing but the insert — the ceiling of a
+//!   durable write, which create is measured against;
 //! - `POST /v1/orders` with fresh keys (create), the same request replayed,
 //!   `GET /v1/orders/{id}`, and a mix (70 % create, 20 % replay, 10 % read);
 //! - create again while the server purges 1,000,000 expired ledger rows;
@@ -143,7 +147,7 @@ impl Target {
     fn durability(&self) -> String {
         match self {
             Target::Sqlite(_) => {
-                "SQLite WAL: the service at synchronous = FULL, the bare-insert baseline at NORMAL"
+                "SQLite WAL: the service and the group-commit baseline at synchronous = FULL, the per-request bare insert at NORMAL"
                     .to_owned()
             }
             Target::Postgres { url, .. } => {
@@ -232,6 +236,14 @@ fn run(config: &Config, target: &Target, report: &mut Report) {
         &scripts.bare_insert,
         &[],
     );
+    if matches!(target, Target::Sqlite(_)) {
+        wrk(
+            "bare insert, group commit FULL (baseline)",
+            vec![baseline.base.clone()],
+            &scripts.bare_group_insert,
+            &[],
+        );
+    }
     wrk(
         "bare read (baseline)",
         vec![baseline.base.clone()],
