@@ -2,8 +2,11 @@
 //! runs inside the caller's transaction when there is one.
 
 use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
 use diesel::prelude::*;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
+use diesel::sql_types::{Binary, Integer, Text};
 
 use super::RecordedResponse;
 use crate::db::{Conn, dispatch};
@@ -46,6 +49,113 @@ diesel::define_sql_function! {
     /// PostgreSQL: waits (at most `lock_timeout`) for a transaction-scoped
     /// advisory lock. Returns `void`; only ever executed, never read.
     fn pg_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
+}
+
+/// The name of the one-row relation a [`RecordedInsert`]'s change reads its
+/// values from: its row exists only once the statement holds the key's
+/// advisory lock, so the change cannot run before the lock is held.
+pub const HELD: &str = "held";
+
+/// PostgreSQL: the key's advisory lock, a mutation's one `INSERT` and the
+/// key's entry as one statement, which commits by itself (autocommit): one
+/// round trip for the whole unit of writing.
+///
+/// ```sql
+/// WITH held AS MATERIALIZED (SELECT pg_advisory_xact_lock($1)),
+///      change AS (<the change: INSERT … SELECT … FROM held … RETURNING 1>),
+///      entry AS (INSERT INTO idempotency_ledger (…) SELECT $…, … FROM change)
+/// SELECT count(*) FROM change
+/// ```
+///
+/// The change's rows come from `held`, whose one row exists once the lock is
+/// held (a lock wait gives up after `lock_timeout`); the entry's row comes
+/// from the change's, so the entry is written exactly when the change wrote
+/// something. The entry's `INSERT` has no `ON CONFLICT`: an entry recorded
+/// by another request since the read fails the whole statement with a unique
+/// violation, and nothing of it persists. The count says whether the change
+/// (and with it the entry) was written: `0` leaves the decision to the
+/// general path. The statement, lock wait included, runs under the session's
+/// `statement_timeout` (the lease), so it cannot commit past the lease.
+pub struct RecordedInsert<'a, C> {
+    lock: i64,
+    change: &'a C,
+    entry: &'a NewEntry<'a>,
+    status: i32,
+    headers: String,
+}
+
+impl<'a, C> RecordedInsert<'a, C> {
+    pub fn new(change: &'a C, entry: &'a NewEntry<'a>) -> Self {
+        Self {
+            lock: lock_id(entry.key, entry.user_id),
+            change,
+            entry,
+            status: i32::from(entry.response.status),
+            headers: entry.response.recorded_headers_json(),
+        }
+    }
+}
+
+/// The statement's identity for diesel's prepared-statement cache: its SQL
+/// text depends only on the change's (every value is a bind parameter).
+pub struct RecordedInsertId<C>(std::marker::PhantomData<C>);
+
+impl<C: QueryId> QueryId for RecordedInsert<'_, C> {
+    type QueryId = RecordedInsertId<C::QueryId>;
+    const HAS_STATIC_QUERY_ID: bool = C::HAS_STATIC_QUERY_ID;
+}
+
+impl<C: QueryFragment<Pg>> QueryFragment<Pg> for RecordedInsert<'_, C> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("WITH ");
+        out.push_sql(HELD);
+        out.push_sql(" AS MATERIALIZED (SELECT pg_advisory_xact_lock(");
+        out.push_bind_param::<BigInt, _>(&self.lock)?;
+        out.push_sql(")), change AS (");
+        self.change.walk_ast(out.reborrow())?;
+        out.push_sql(
+            "), entry AS (INSERT INTO idempotency_ledger (idempotency_key, user_id, \
+             request_fingerprint, response_status, response_headers, response_body, \
+             created_at, expires_at) SELECT ",
+        );
+        out.push_bind_param::<Text, str>(self.entry.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.entry.user_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.entry.fingerprint)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Integer, _>(&self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.headers)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&self.entry.response.body)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Timestamptz, _>(&self.entry.created_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Timestamptz, _>(&self.entry.expires_at)?;
+        out.push_sql(" FROM change) SELECT count(*) FROM change");
+        Ok(())
+    }
+}
+
+impl<C> Query for RecordedInsert<'_, C> {
+    type SqlType = BigInt;
+}
+
+impl<C> RunQueryDsl<PgConnection> for RecordedInsert<'_, C> {}
+
+/// Runs a [`RecordedInsert`] on its own (autocommit): `true` when the change
+/// and the entry were written and committed.
+pub fn insert_recorded<C>(
+    conn: &mut PgConnection,
+    change: &C,
+    entry: &NewEntry<'_>,
+) -> QueryResult<bool>
+where
+    C: QueryFragment<Pg> + QueryId,
+{
+    let written: i64 = RecordedInsert::new(change, entry).get_result(conn)?;
+    Ok(written > 0)
 }
 
 /// The advisory-lock id of `(key, user_id)`: 64 bits of a SHA-256, so two

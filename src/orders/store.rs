@@ -2,10 +2,14 @@
 //! inside the caller's transaction.
 
 use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
 use diesel::prelude::*;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Integer, Text, Timestamptz, Uuid};
 
 use super::model::{Item, Money, Order, OrderId, OrderStatus, Quantity};
 use crate::db::{Conn, dispatch};
+use crate::idempotency::HELD;
 
 /// A row as stored.
 #[derive(Debug, Clone, Queryable)]
@@ -79,6 +83,78 @@ pub fn insert(conn: &mut Conn<'_>, new: &NewRow<'_>) -> QueryResult<bool> {
             .execute(c)
     })?;
     Ok(written == 1)
+}
+
+/// PostgreSQL: the same row as [`insert`], as the ledger's one-statement
+/// create needs it (see `idempotency::Ledger::execute_insert`): its values
+/// are selected from the ledger's [`HELD`] relation, so the row is written
+/// only once the key's lock is held, and `RETURNING 1` tells the ledger it
+/// was. It names a relation only the ledger's statement defines, so it
+/// cannot run on its own. Every value is a bind parameter.
+pub struct PgInsert {
+    id: OrderId,
+    user_id: String,
+    item: String,
+    quantity: i32,
+    price_cents: i64,
+    status: &'static str,
+    idempotency_key: String,
+    request_fingerprint: String,
+    created_at: DateTime<Utc>,
+}
+
+impl PgInsert {
+    pub fn new(new: &NewRow<'_>) -> Self {
+        let o = new.order;
+        Self {
+            id: o.id,
+            user_id: o.user_id.clone(),
+            item: o.item.as_str().to_owned(),
+            quantity: o.quantity.get(),
+            price_cents: o.price.cents(),
+            status: o.status.as_str(),
+            idempotency_key: new.idempotency_key.to_owned(),
+            request_fingerprint: o.request_fingerprint.clone(),
+            created_at: o.created_at,
+        }
+    }
+}
+
+impl QueryId for PgInsert {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Pg> for PgInsert {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql(
+            "INSERT INTO orders (id, user_id, item, quantity, price_cents, status, \
+             idempotency_key, request_fingerprint, created_at, updated_at) SELECT ",
+        );
+        out.push_bind_param::<Uuid, _>(&self.id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.user_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.item)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Integer, _>(&self.quantity)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&self.price_cents)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.idempotency_key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.request_fingerprint)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Timestamptz, _>(&self.created_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Timestamptz, _>(&self.created_at)?;
+        out.push_sql(" FROM ");
+        out.push_sql(HELD);
+        out.push_sql(" ON CONFLICT (user_id, idempotency_key) DO NOTHING RETURNING 1");
+        Ok(())
+    }
 }
 
 pub fn find(conn: &mut Conn<'_>, user_id: &str, id: OrderId) -> QueryResult<Option<OrderRow>> {
