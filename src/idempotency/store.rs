@@ -7,6 +7,7 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
 use diesel::sql_types::{Binary, Integer, Text};
+use diesel::sqlite::Sqlite;
 
 use super::RecordedResponse;
 use crate::db::{Conn, dispatch};
@@ -210,6 +211,14 @@ pub struct NewEntry<'a> {
 pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
     let headers = entry.response.recorded_headers_json();
     let status = i32::from(entry.response.status);
+    if let Conn::Sqlite(c) = conn {
+        let statement = SqliteRecord {
+            entry,
+            status,
+            headers: &headers,
+        };
+        return Ok(statement.execute(*c)? == 1);
+    }
     let inserted = dispatch!(conn, c, s => {
         use s::idempotency_ledger::dsl as l;
         diesel::insert_into(l::idempotency_ledger)
@@ -228,6 +237,50 @@ pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
     })?;
     Ok(inserted == 1)
 }
+
+/// SQLite: the statement of [`record`], written out so that diesel finds its
+/// prepared statement by type instead of building the SQL text of its DSL
+/// insert on every call to look it up (this runs on the single writer).
+struct SqliteRecord<'a> {
+    entry: &'a NewEntry<'a>,
+    status: i32,
+    headers: &'a str,
+}
+
+impl QueryId for SqliteRecord<'_> {
+    type QueryId = SqliteRecord<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Sqlite> for SqliteRecord<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        let e = self.entry;
+        out.push_sql(
+            "INSERT INTO idempotency_ledger (idempotency_key, user_id, request_fingerprint, \
+             response_status, response_headers, response_body, created_at, expires_at) \
+             VALUES (",
+        );
+        out.push_bind_param::<Text, str>(e.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(e.user_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(e.fingerprint)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Integer, _>(&self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.headers)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&e.response.body)?;
+        out.push_sql(", ");
+        out.push_bind_param::<TimestamptzSqlite, _>(&e.created_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<TimestamptzSqlite, _>(&e.expires_at)?;
+        out.push_sql(") ON CONFLICT DO NOTHING");
+        Ok(())
+    }
+}
+
+impl RunQueryDsl<SqliteConnection> for SqliteRecord<'_> {}
 
 /// Deletes at most `limit` expired rows; returns how many went.
 pub fn purge_batch(conn: &mut Conn<'_>, now: DateTime<Utc>, limit: i64) -> QueryResult<usize> {
