@@ -10,7 +10,7 @@ use diesel::sql_types::{Binary, Integer, Text};
 use diesel::sqlite::Sqlite;
 
 use super::RecordedResponse;
-use crate::db::{Conn, dispatch};
+use crate::db::{Conn, dispatch, timestamp_text};
 
 /// A ledger row as the decision needs it: every entry is complete (it is
 /// written with its response, and the columns are `NOT NULL`).
@@ -216,6 +216,8 @@ pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
             entry,
             status,
             headers: &headers,
+            created_at: timestamp_text(&entry.created_at),
+            expires_at: timestamp_text(&entry.expires_at),
         };
         return Ok(statement.execute(*c)? == 1);
     }
@@ -245,6 +247,9 @@ struct SqliteRecord<'a> {
     entry: &'a NewEntry<'a>,
     status: i32,
     headers: &'a str,
+    /// The timestamps as the text diesel's `TimestamptzSqlite` would write.
+    created_at: String,
+    expires_at: String,
 }
 
 impl QueryId for SqliteRecord<'_> {
@@ -272,9 +277,9 @@ impl QueryFragment<Sqlite> for SqliteRecord<'_> {
         out.push_sql(", ");
         out.push_bind_param::<Binary, _>(&e.response.body)?;
         out.push_sql(", ");
-        out.push_bind_param::<TimestamptzSqlite, _>(&e.created_at)?;
+        out.push_bind_param::<Text, _>(&self.created_at)?;
         out.push_sql(", ");
-        out.push_bind_param::<TimestamptzSqlite, _>(&e.expires_at)?;
+        out.push_bind_param::<Text, _>(&self.expires_at)?;
         out.push_sql(") ON CONFLICT DO NOTHING");
         Ok(())
     }

@@ -5,11 +5,11 @@ use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Integer, Text, Timestamptz, TimestamptzSqlite, Uuid};
+use diesel::sql_types::{BigInt, Integer, Text, Timestamptz, Uuid};
 use diesel::sqlite::Sqlite;
 
 use super::model::{Item, Money, Order, OrderId, OrderStatus, Quantity};
-use crate::db::{Conn, dispatch};
+use crate::db::{Conn, dispatch, timestamp_text};
 use crate::idempotency::HELD;
 
 /// A row as stored.
@@ -92,12 +92,15 @@ pub fn insert(conn: &mut Conn<'_>, new: &NewRow<'_>) -> QueryResult<bool> {
 /// SQLite: the statement of [`insert`], written out so that diesel finds its
 /// prepared statement by type: for its DSL insert it would build the SQL
 /// text on every call to look the statement up (the single writer's
-/// largest cost after SQLite itself). Every value is a bind parameter.
+/// largest cost after SQLite itself). Every value is a bind parameter; the
+/// timestamp is bound as the text diesel's `TimestamptzSqlite` would write.
 struct SqliteInsert<'a> {
     order: &'a Order,
     idempotency_key: &'a str,
     quantity: i32,
     price_cents: i64,
+    /// `created_at`, also the first `updated_at`.
+    created_at: String,
 }
 
 impl<'a> SqliteInsert<'a> {
@@ -107,6 +110,7 @@ impl<'a> SqliteInsert<'a> {
             idempotency_key: new.idempotency_key,
             quantity: new.order.quantity.get(),
             price_cents: new.order.price.cents(),
+            created_at: timestamp_text(&new.order.created_at),
         }
     }
 }
@@ -140,9 +144,9 @@ impl QueryFragment<Sqlite> for SqliteInsert<'_> {
         out.push_sql(", ");
         out.push_bind_param::<Text, _>(&o.request_fingerprint)?;
         out.push_sql(", ");
-        out.push_bind_param::<TimestamptzSqlite, _>(&o.created_at)?;
+        out.push_bind_param::<Text, _>(&self.created_at)?;
         out.push_sql(", ");
-        out.push_bind_param::<TimestamptzSqlite, _>(&o.created_at)?;
+        out.push_bind_param::<Text, _>(&self.created_at)?;
         out.push_sql(") ON CONFLICT (user_id, idempotency_key) DO NOTHING");
         Ok(())
     }
