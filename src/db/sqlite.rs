@@ -97,9 +97,9 @@ pub fn timestamp_text(at: &chrono::DateTime<chrono::Utc>) -> String {
     two(&mut text, ':', at.second());
     let (fraction, width) = if nanos == 0 {
         (0, 0)
-    } else if nanos % 1_000_000 == 0 {
+    } else if nanos.is_multiple_of(1_000_000) {
         (nanos / 1_000_000, 3)
-    } else if nanos % 1_000 == 0 {
+    } else if nanos.is_multiple_of(1_000) {
         (nanos / 1_000, 6)
     } else {
         (nanos, 9)
