@@ -120,7 +120,7 @@ impl Mutation {
     /// [`Mutation::execute`] for a route whose whole change is `change`, one
     /// `INSERT` answered `response` (see
     /// [`Ledger::execute_insert`](crate::idempotency::Ledger::execute_insert)):
-    /// on PostgreSQL a fresh key, or a replay, then costs one statement.
+    /// on PostgreSQL a fresh key then costs one statement after the read.
     /// `work` makes the same change, for whatever that statement leaves
     /// undecided, and on SQLite.
     pub async fn execute_insert<C, F>(

@@ -25,9 +25,9 @@
 //!
 //! On PostgreSQL a mutation whose whole change is one `INSERT`, with an
 //! answer known before it runs (a create), may go through
-//! [`Ledger::execute_insert`]: the read, the key's lock, the change and the
-//! entry are one autocommitted statement ([`store::RecordedInsert`]), so a
-//! fresh key costs one round trip instead of six, and a replay one. Whatever that statement
+//! [`Ledger::execute_insert`]: after the read, the key's lock, the change and
+//! the entry are one autocommitted statement ([`store::RecordedInsert`]), so
+//! a fresh key costs two round trips instead of six. Whatever that statement
 //! cannot decide (the change wrote nothing, or another request recorded the
 //! key meanwhile) goes through the general path above.
 //!
@@ -231,12 +231,11 @@ impl Ledger {
     /// [`Ledger::execute`] for a mutation whose whole change is `change`,
     /// one PostgreSQL `INSERT … SELECT … FROM` [`HELD`] `… RETURNING 1`
     /// (a row returned per row written), answered `response` when it writes.
-    /// On PostgreSQL the read, the key's lock, `change` and the entry then
-    /// run as one autocommitted statement ([`store::RecordedInsert`]); when
-    /// it neither writes nor finds an entry, or another request recorded the
-    /// key meanwhile, the request goes the general way, with `mutation`
-    /// (which must make the same change). On SQLite `mutation` runs as in
-    /// [`Ledger::execute`].
+    /// On PostgreSQL the key's lock, `change` and the entry then run as one
+    /// autocommitted statement ([`store::RecordedInsert`]); when it writes
+    /// nothing, or another request recorded the key since the read, the
+    /// request goes the general way, with `mutation` (which must make the
+    /// same change). On SQLite `mutation` runs as in [`Ledger::execute`].
     pub fn execute_insert<E, F, C>(
         &self,
         pool: &Pool,
@@ -250,41 +249,40 @@ impl Ledger {
         E: Send + 'static,
         C: QueryFragment<Pg> + QueryId,
     {
-        if !matches!(pool, Pool::Postgres(_)) {
-            return self.execute(pool, request, mutation);
+        if let Some(outcome) = read(pool, request)? {
+            return Ok(outcome);
         }
-        let (now, expires_at) = self.entry_times();
-        let entry = store::NewEntry {
-            key: request.key.as_str(),
-            user_id: request.user_id,
-            fingerprint: request.fingerprint.as_str(),
-            response: &response,
-            created_at: now,
-            expires_at,
-        };
-        let mut pooled = pool
-            .get()
-            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-        let recorded = match pooled.conn() {
-            Conn::Postgres(c) => store::insert_recorded(c, change, &entry),
-            Conn::Sqlite(_) => Ok(store::Recorded::Undecided),
-        };
-        drop(pooled);
-        match recorded {
-            Ok(store::Recorded::Written) => return Ok(Outcome::Executed(response)),
-            Ok(store::Recorded::Existing(found)) => {
-                return Ok(decide(found, request.fingerprint.as_str()));
+        if matches!(pool, Pool::Postgres(_)) {
+            let (now, expires_at) = self.entry_times();
+            let entry = store::NewEntry {
+                key: request.key.as_str(),
+                user_id: request.user_id,
+                fingerprint: request.fingerprint.as_str(),
+                response: &response,
+                created_at: now,
+                expires_at,
+            };
+            let mut pooled = pool
+                .get()
+                .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+            let written = match pooled.conn() {
+                Conn::Postgres(c) => store::insert_recorded(c, change, &entry),
+                Conn::Sqlite(_) => Ok(false),
+            };
+            drop(pooled);
+            match written {
+                Ok(true) => return Ok(Outcome::Executed(response)),
+                // The change found its effect made already: the general
+                // path finds out by whom.
+                Ok(false) => {}
+                // Another request recorded the key since the read; nothing
+                // of this statement persisted.
+                Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
+                Err(e) if db::classify(&e) == Failure::LockTimeout => {
+                    return Ok(Outcome::InProgress);
+                }
+                Err(e) => return Err(database_error(e)),
             }
-            // The change found its effect made already: the general path
-            // finds out by whom.
-            Ok(store::Recorded::Undecided) => {}
-            // Another request recorded the key since the statement began;
-            // nothing of it persisted.
-            Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
-            Err(e) if db::classify(&e) == Failure::LockTimeout => {
-                return Ok(Outcome::InProgress);
-            }
-            Err(e) => return Err(database_error(e)),
         }
         self.execute(pool, request, mutation)
     }

@@ -6,7 +6,7 @@ use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
-use diesel::sql_types::{Binary, Integer, Nullable, Text};
+use diesel::sql_types::{Binary, Integer, Text};
 use diesel::sqlite::Sqlite;
 
 use super::RecordedResponse;
@@ -57,32 +57,25 @@ diesel::define_sql_function! {
 /// advisory lock, so the change cannot run before the lock is held.
 pub const HELD: &str = "held";
 
-/// PostgreSQL: the ledger's read, the key's advisory lock, a mutation's one
-/// `INSERT` and the key's entry as one statement, which commits by itself
-/// (autocommit): one round trip for a request with a fresh key, and one for
-/// a replay.
+/// PostgreSQL: the key's advisory lock, a mutation's one `INSERT` and the
+/// key's entry as one statement, which commits by itself (autocommit): one
+/// round trip for the whole unit of writing.
 ///
 /// ```sql
-/// WITH existing AS MATERIALIZED (SELECT <the entry's columns> FROM idempotency_ledger
-///                                WHERE idempotency_key = $1 AND user_id = $2),
-///      held AS MATERIALIZED (SELECT pg_advisory_xact_lock($3)
-///                            WHERE NOT EXISTS (SELECT 1 FROM existing)),
+/// WITH held AS MATERIALIZED (SELECT pg_advisory_xact_lock($1)),
 ///      change AS (<the change: INSERT … SELECT … FROM held … RETURNING 1>),
 ///      entry AS (INSERT INTO idempotency_ledger (…) SELECT $…, … FROM change)
-/// SELECT (SELECT count(*) FROM change), existing.* FROM (SELECT 1) one LEFT JOIN existing ON true
+/// SELECT count(*) FROM change
 /// ```
 ///
-/// A key with an entry takes no lock and writes nothing: `held` is empty,
-/// so the change and the entry are too, and the entry comes back to be
-/// decided (a replay or a refusal), as the read would have. Otherwise the
-/// change's rows come from `held`, whose one row exists once the lock is
+/// The change's rows come from `held`, whose one row exists once the lock is
 /// held (a lock wait gives up after `lock_timeout`); the entry's row comes
 /// from the change's, so the entry is written exactly when the change wrote
 /// something. The entry's `INSERT` has no `ON CONFLICT`: an entry recorded
-/// by another request since the statement's snapshot fails the whole
-/// statement with a unique violation, and nothing of it persists. A count of
-/// `0` without an entry leaves the decision to the general path. The
-/// statement, lock wait included, runs under the session's
+/// by another request since the read fails the whole statement with a unique
+/// violation, and nothing of it persists. The count says whether the change
+/// (and with it the entry) was written: `0` leaves the decision to the
+/// general path. The statement, lock wait included, runs under the session's
 /// `statement_timeout` (the lease), so it cannot commit past the lease.
 pub struct RecordedInsert<'a, C> {
     lock: i64,
@@ -115,18 +108,11 @@ impl<C: QueryId> QueryId for RecordedInsert<'_, C> {
 
 impl<C: QueryFragment<Pg>> QueryFragment<Pg> for RecordedInsert<'_, C> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(
-            "WITH existing AS MATERIALIZED (SELECT request_fingerprint, response_status, \
-             response_headers, response_body FROM idempotency_ledger WHERE idempotency_key = ",
-        );
-        out.push_bind_param::<Text, str>(self.entry.key)?;
-        out.push_sql(" AND user_id = ");
-        out.push_bind_param::<Text, str>(self.entry.user_id)?;
-        out.push_sql("), ");
+        out.push_sql("WITH ");
         out.push_sql(HELD);
         out.push_sql(" AS MATERIALIZED (SELECT pg_advisory_xact_lock(");
         out.push_bind_param::<BigInt, _>(&self.lock)?;
-        out.push_sql(") WHERE NOT EXISTS (SELECT 1 FROM existing)), change AS (");
+        out.push_sql(")), change AS (");
         self.change.walk_ast(out.reborrow())?;
         out.push_sql(
             "), entry AS (INSERT INTO idempotency_ledger (idempotency_key, user_id, \
@@ -148,66 +134,29 @@ impl<C: QueryFragment<Pg>> QueryFragment<Pg> for RecordedInsert<'_, C> {
         out.push_bind_param::<Timestamptz, _>(&self.entry.created_at)?;
         out.push_sql(", ");
         out.push_bind_param::<Timestamptz, _>(&self.entry.expires_at)?;
-        out.push_sql(
-            " FROM change) SELECT (SELECT count(*) FROM change), existing.request_fingerprint, \
-             existing.response_status, existing.response_headers, existing.response_body \
-             FROM (SELECT 1) AS one LEFT JOIN existing ON true",
-        );
+        out.push_sql(" FROM change) SELECT count(*) FROM change");
         Ok(())
     }
 }
 
 impl<C> Query for RecordedInsert<'_, C> {
-    type SqlType = (
-        BigInt,
-        Nullable<Text>,
-        Nullable<Integer>,
-        Nullable<Text>,
-        Nullable<Binary>,
-    );
+    type SqlType = BigInt;
 }
 
 impl<C> RunQueryDsl<PgConnection> for RecordedInsert<'_, C> {}
 
-/// What a [`RecordedInsert`] came to.
-pub enum Recorded {
-    /// The change and the entry were written and committed.
-    Written,
-    /// The key has this entry; nothing was written.
-    Existing(Entry),
-    /// Nothing was written and the key has no entry yet (the change found
-    /// its effect made already): the general path decides.
-    Undecided,
-}
-
-type RecordedRow = (
-    i64,
-    Option<String>,
-    Option<i32>,
-    Option<String>,
-    Option<Vec<u8>>,
-);
-
-/// Runs a [`RecordedInsert`] on its own (autocommit).
+/// Runs a [`RecordedInsert`] on its own (autocommit): `true` when the change
+/// and the entry were written and committed.
 pub fn insert_recorded<C>(
     conn: &mut PgConnection,
     change: &C,
     entry: &NewEntry<'_>,
-) -> QueryResult<Recorded>
+) -> QueryResult<bool>
 where
     C: QueryFragment<Pg> + QueryId,
 {
-    let row: RecordedRow = RecordedInsert::new(change, entry).get_result(conn)?;
-    Ok(match row {
-        (written, ..) if written > 0 => Recorded::Written,
-        (_, Some(fingerprint), Some(status), Some(headers), Some(body)) => {
-            Recorded::Existing(Entry {
-                fingerprint,
-                response: RecordedResponse::from_stored(status, &headers, body)?,
-            })
-        }
-        _ => Recorded::Undecided,
-    })
+    let written: i64 = RecordedInsert::new(change, entry).get_result(conn)?;
+    Ok(written > 0)
 }
 
 /// The advisory-lock id of `(key, user_id)`: 64 bits of a SHA-256, so two
