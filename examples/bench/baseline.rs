@@ -1,17 +1,29 @@
 //! The baseline: the same stack (actix-web, diesel, r2d2, a blocking hop)
 //! doing nothing but the storage work, served from this process.
+//!
+//! On SQLite two inserts: one transaction per request from a pool at
+//! `synchronous = NORMAL` (`/bare`), and the service's own group-committing
+//! [`Writer`] at `synchronous = FULL`, one savepoint per row, doing nothing
+//! but the insert (`/bare-group`): the ceiling of a durable write here.
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{self, ConnectionManager, CustomizeConnection};
+use orders_api::db::Conn;
+use orders_api::db::writer::Writer;
+use std::sync::Arc;
 
 use super::server::free_port;
 use super::{Config, Target};
 
 #[derive(Clone)]
 pub(crate) enum BaselinePool {
-    Sqlite(r2d2::Pool<ConnectionManager<SqliteConnection>>),
+    Sqlite {
+        pool: r2d2::Pool<ConnectionManager<SqliteConnection>>,
+        /// The group-committing writer, on a file of its own at `FULL`.
+        group: Arc<Writer>,
+    },
     Postgres(r2d2::Pool<ConnectionManager<PgConnection>>),
 }
 
@@ -62,25 +74,32 @@ pub(crate) struct BareRow {
 
 /// Both baseline statements are diesel's DSL, so that diesel caches their
 /// prepared statements exactly as it does the service's.
-impl BaselinePool {
-    pub(crate) fn insert(&self) -> QueryResult<String> {
+macro_rules! bare_row {
+    ($id:expr, $now:expr) => {{
         use bare_rows::dsl as t;
-        let id = uuid::Uuid::now_v7().to_string();
-        let now = chrono::Utc::now().to_rfc3339();
-        let row = (
-            t::id.eq(&id),
+        (
+            t::id.eq($id),
             t::user_id.eq("bench"),
             t::item.eq("Widget"),
             t::quantity.eq(2),
             t::price_cents.eq(999_i64),
             t::status.eq("pending"),
-            t::idempotency_key.eq(&id),
-            t::created_at.eq(&now),
-        );
+            t::idempotency_key.eq($id),
+            t::created_at.eq($now),
+        )
+    }};
+}
+
+impl BaselinePool {
+    pub(crate) fn insert(&self) -> QueryResult<String> {
+        use bare_rows::dsl as t;
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = chrono::Utc::now().to_rfc3339();
+        let row = bare_row!(&id, &now);
         let unavailable =
             |e: diesel::r2d2::PoolError| diesel::result::Error::QueryBuilderError(e.into());
         match self {
-            BaselinePool::Sqlite(p) => {
+            BaselinePool::Sqlite { pool: p, .. } => {
                 let mut c = p.get().map_err(unavailable)?;
                 c.immediate_transaction(|c| {
                     diesel::insert_into(t::bare_rows).values(row).execute(c)
@@ -94,6 +113,27 @@ impl BaselinePool {
         Ok(id)
     }
 
+    /// SQLite: one row through the group-committing writer, in a savepoint
+    /// of whatever batch it joins; answered once that batch has committed.
+    pub(crate) fn group_insert(&self) -> QueryResult<String> {
+        use bare_rows::dsl as t;
+        let BaselinePool::Sqlite { group, .. } = self else {
+            return Err(diesel::result::Error::NotFound);
+        };
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = chrono::Utc::now().to_rfc3339();
+        let answer = id.clone();
+        group
+            .run(move |conn: &mut Conn<'_>| match conn {
+                Conn::Sqlite(c) => diesel::insert_into(t::bare_rows)
+                    .values(bare_row!(&id, &now))
+                    .execute(*c),
+                Conn::Postgres(_) => Err(diesel::result::Error::NotFound),
+            })
+            .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))??;
+        Ok(answer)
+    }
+
     pub(crate) fn read(&self, seq: i64) -> QueryResult<Option<BareRow>> {
         use bare_rows::dsl as t;
         let query = t::bare_rows.filter(t::seq.eq(seq)).select((
@@ -105,7 +145,7 @@ impl BaselinePool {
         let unavailable =
             |e: diesel::r2d2::PoolError| diesel::result::Error::QueryBuilderError(e.into());
         match self {
-            BaselinePool::Sqlite(p) => query
+            BaselinePool::Sqlite { pool: p, .. } => query
                 .get_result(&mut p.get().map_err(unavailable)?)
                 .optional(),
             BaselinePool::Postgres(p) => query
@@ -137,7 +177,30 @@ impl Baseline {
                     .expect("baseline connection")
                     .batch_execute(BARE_TABLE)
                     .expect("table");
-                BaselinePool::Sqlite(pool)
+                let file = config.dir.join("bare-group.db").display().to_string();
+                // How the service's writer opens its connection (and a
+                // replacement's): the same pragmas, synchronous = FULL.
+                let open = move || -> Result<SqliteConnection, String> {
+                    let mut conn = SqliteConnection::establish(&file).map_err(|e| e.to_string())?;
+                    conn.batch_execute(
+                        "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;",
+                    )
+                    .map_err(|e| e.to_string())?;
+                    Ok(conn)
+                };
+                let mut conn = open().expect("the group writer's file");
+                conn.batch_execute(BARE_TABLE)
+                    .expect("the group writer's table");
+                let group = Arc::new(
+                    Writer::start(
+                        conn,
+                        Box::new(open),
+                        4_096,
+                        std::time::Duration::from_secs(30),
+                    )
+                    .expect("the group writer"),
+                );
+                BaselinePool::Sqlite { pool, group }
             }
             Target::Postgres { url, .. } => {
                 let manager = ConnectionManager::<PgConnection>::new(url.clone());
@@ -162,6 +225,7 @@ impl Baseline {
                     App::new()
                         .app_data(data.clone())
                         .route("/bare", web::post().to(bare_insert))
+                        .route("/bare-group", web::post().to(bare_group_insert))
                         .route("/bare/{seq}", web::get().to(bare_read))
                 })
                 .bind(("127.0.0.1", port))
@@ -193,6 +257,13 @@ impl Drop for Baseline {
 
 async fn bare_insert(pool: web::Data<BaselinePool>) -> HttpResponse {
     match web::block(move || pool.insert()).await {
+        Ok(Ok(id)) => HttpResponse::Created().json(serde_json::json!({ "id": id })),
+        _ => HttpResponse::ServiceUnavailable().finish(),
+    }
+}
+
+async fn bare_group_insert(pool: web::Data<BaselinePool>) -> HttpResponse {
+    match web::block(move || pool.group_insert()).await {
         Ok(Ok(id)) => HttpResponse::Created().json(serde_json::json!({ "id": id })),
         _ => HttpResponse::ServiceUnavailable().finish(),
     }

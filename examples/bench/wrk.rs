@@ -9,6 +9,7 @@ use super::{BODY, Config, env_or};
 pub(crate) struct Scripts {
     pub(crate) healthz: PathBuf,
     pub(crate) bare_insert: PathBuf,
+    pub(crate) bare_group_insert: PathBuf,
     pub(crate) bare_read: PathBuf,
     pub(crate) create: PathBuf,
     pub(crate) replay: PathBuf,
@@ -63,6 +64,10 @@ local function read(p) return wrk.format("GET", p, auth({{}})) end
             bare_insert: file(
                 "bare_insert",
                 "request = function() return wrk.format(\"POST\", \"/bare\") end\n",
+            ),
+            bare_group_insert: file(
+                "bare_group_insert",
+                "request = function() return wrk.format(\"POST\", \"/bare-group\") end\n",
             ),
             bare_read: file(
                 "bare_read",

@@ -33,6 +33,7 @@ pub use pg::{PG_LOCK_WAIT, PgManager};
 pub use pool::{Conn, Pool, PoolOptions, PooledConn, Unavailable};
 pub use setup::SetupError;
 pub use sqlite::SqlitePool;
+pub(crate) use sqlite::timestamp_text;
 pub use url::{Backend, DatabaseUrl, one_line};
 pub use writer::{WriteError, WriterStats};
 

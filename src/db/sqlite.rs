@@ -71,3 +71,93 @@ impl CustomizeConnection<SqliteConnection, r2d2::Error> for SqliteSession {
         self.apply(conn).map_err(r2d2::Error::QueryError)
     }
 }
+
+/// A timestamp as text, exactly as diesel's `TimestamptzSqlite` writes it
+/// (chrono's `%F %T%.f%:z`: the fraction with 0, 3, 6 or 9 digits, whichever
+/// holds it exactly), without chrono's format-string interpreter: this runs
+/// on the single writer, several times per unit. Years outside 1000–9999
+/// and leap seconds go through chrono itself.
+pub fn timestamp_text(at: &chrono::DateTime<chrono::Utc>) -> String {
+    use chrono::{Datelike, Timelike};
+    let nanos = at.nanosecond();
+    let year = at.year();
+    if !(1000..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        return at.format("%F %T%.f%:z").to_string();
+    }
+    let mut text = String::with_capacity(35);
+    digits(&mut text, year.unsigned_abs(), 4);
+    let two = |text: &mut String, sep: char, value: u32| {
+        text.push(sep);
+        digits(text, value, 2);
+    };
+    two(&mut text, '-', at.month());
+    two(&mut text, '-', at.day());
+    two(&mut text, ' ', at.hour());
+    two(&mut text, ':', at.minute());
+    two(&mut text, ':', at.second());
+    let (fraction, width) = if nanos == 0 {
+        (0, 0)
+    } else if nanos.is_multiple_of(1_000_000) {
+        (nanos / 1_000_000, 3)
+    } else if nanos.is_multiple_of(1_000) {
+        (nanos / 1_000, 6)
+    } else {
+        (nanos, 9)
+    };
+    if width > 0 {
+        text.push('.');
+        digits(&mut text, fraction, width);
+    }
+    text.push_str("+00:00");
+    text
+}
+
+/// `value`'s last `width` decimal digits, zero-padded.
+fn digits(text: &mut String, value: u32, width: u32) {
+    let mut divisor = 10u32.pow(width.saturating_sub(1));
+    while divisor > 0 {
+        text.push(char::from(b'0' + ((value / divisor) % 10) as u8));
+        divisor /= 10;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, TimeZone, Utc};
+
+    use super::timestamp_text;
+
+    #[test]
+    fn a_timestamp_is_written_as_diesels_timestamptz_writes_it() {
+        let base = Utc.with_ymd_and_hms(2026, 12, 1, 9, 5, 7).single();
+        let base = base.map(|b| b.timestamp()).unwrap_or(0);
+        let nanos = [
+            0,
+            1,
+            999,
+            1_000,
+            26_000,
+            123_000_000,
+            123_456_000,
+            123_456_789,
+            999_999_999,
+        ];
+        let seconds = [base, 0, 253_402_300_799, -62_135_596_800, base + 86_399];
+        for s in seconds {
+            for n in nanos {
+                let Some(at) = DateTime::from_timestamp(s, n) else {
+                    continue;
+                };
+                assert_eq!(
+                    timestamp_text(&at),
+                    at.format("%F %T%.f%:z").to_string(),
+                    "{at:?}"
+                );
+            }
+        }
+        assert_eq!(
+            timestamp_text(&DateTime::<Utc>::MAX_UTC),
+            DateTime::<Utc>::MAX_UTC.format("%F %T%.f%:z").to_string()
+        );
+    }
+}

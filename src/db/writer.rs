@@ -62,8 +62,10 @@ use std::time::{Duration, Instant};
 
 use diesel::Connection;
 use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::Error as DieselError;
-use diesel::sqlite::SqliteConnection;
+use diesel::sqlite::{Sqlite, SqliteConnection};
 
 use super::Conn;
 use super::sqlite::SqliteSession;
@@ -547,6 +549,33 @@ fn writer_loop(mut conn: SqliteConnection, shared: &Shared, generation: u64) {
     }
 }
 
+/// A fixed statement of the writer's, prepared once and kept in diesel's
+/// statement cache (found by its type): a text statement run with
+/// `batch_execute` would be parsed anew every time, twice per unit.
+macro_rules! fixed_statement {
+    ($name:ident, $sql:literal) => {
+        struct $name;
+
+        impl QueryId for $name {
+            type QueryId = Self;
+            const HAS_STATIC_QUERY_ID: bool = true;
+        }
+
+        impl QueryFragment<Sqlite> for $name {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+                out.push_sql($sql);
+                Ok(())
+            }
+        }
+
+        impl RunQueryDsl<SqliteConnection> for $name {}
+    };
+}
+
+fixed_statement!(Savepoint, "SAVEPOINT unit");
+fixed_statement!(RollbackToSavepoint, "ROLLBACK TO unit");
+fixed_statement!(ReleaseSavepoint, "RELEASE unit");
+
 /// One transaction for the whole batch, one savepoint per unit. `fence`
 /// decides, right before `COMMIT`, whether the batch may commit at all.
 fn run_batch(
@@ -561,14 +590,14 @@ fn run_batch(
         if fence.load(Ordering::SeqCst) == ABANDONED {
             return Err(DieselError::RollbackTransaction);
         }
-        conn.batch_execute("SAVEPOINT unit")?;
+        Savepoint.execute(conn)?;
         let keep = job.run(&mut Conn::Sqlite(conn));
         if !keep {
             // Fails when SQLite already rolled the whole transaction back
             // (a full disk, an I/O error): then the batch is lost.
-            conn.batch_execute("ROLLBACK TO unit")?;
+            RollbackToSavepoint.execute(conn)?;
         }
-        conn.batch_execute("RELEASE unit")
+        ReleaseSavepoint.execute(conn).map(|_| ())
     });
     let may_commit = || {
         fence

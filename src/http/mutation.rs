@@ -20,6 +20,8 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -93,6 +95,11 @@ impl Mutation {
         &self.json
     }
 
+    /// Who is asking, with which key, for which request.
+    pub fn ctx(&self) -> &MutationCtx {
+        &self.ctx
+    }
+
     /// Runs `work` exactly once for this key, or answers from the ledger.
     /// `work`'s errors below 500 are recorded like any other answer; a 5xx
     /// rolls back and leaves the key free.
@@ -102,6 +109,44 @@ impl Mutation {
         work: F,
     ) -> Result<HttpResponse, ApiError>
     where
+        F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
+            + Send
+            + 'static,
+    {
+        self.run(state, None::<(NoInsert, RecordedResponse)>, work)
+            .await
+    }
+
+    /// [`Mutation::execute`] for a route whose whole change is `change`, one
+    /// `INSERT` answered `response` (see
+    /// [`Ledger::execute_insert`](crate::idempotency::Ledger::execute_insert)):
+    /// on PostgreSQL a fresh key then costs one statement after the read.
+    /// `work` makes the same change, for whatever that statement leaves
+    /// undecided, and on SQLite.
+    pub async fn execute_insert<C, F>(
+        self,
+        state: web::Data<AppState>,
+        change: C,
+        response: RecordedResponse,
+        work: F,
+    ) -> Result<HttpResponse, ApiError>
+    where
+        C: QueryFragment<Pg> + QueryId + Send + 'static,
+        F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
+            + Send
+            + 'static,
+    {
+        self.run(state, Some((change, response)), work).await
+    }
+
+    async fn run<C, F>(
+        self,
+        state: web::Data<AppState>,
+        insert: Option<(C, RecordedResponse)>,
+        work: F,
+    ) -> Result<HttpResponse, ApiError>
+    where
+        C: QueryFragment<Pg> + QueryId + Send + 'static,
         F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
             + Send
             + 'static,
@@ -129,14 +174,18 @@ impl Mutation {
                 fingerprint: &ctx.fingerprint,
             };
             let unit_ctx = ctx.clone();
-            state
-                .ledger
-                .execute(&state.pool, request, move |tx| match work(tx, &unit_ctx) {
-                    Err(e) if !e.status().is_server_error() => {
-                        Ok(Completion::Record(e.to_recorded()))
-                    }
-                    other => other,
-                })
+            let unit = move |tx: &mut LedgerTx<'_, '_>| match work(tx, &unit_ctx) {
+                Err(e) if !e.status().is_server_error() => Ok(Completion::Record(e.to_recorded())),
+                other => other,
+            };
+            match insert {
+                Some((change, response)) => {
+                    state
+                        .ledger
+                        .execute_insert(&state.pool, request, &change, response, unit)
+                }
+                None => state.ledger.execute(&state.pool, request, unit),
+            }
         })
         .await?
         .inspect_err(|e| {
@@ -151,6 +200,22 @@ impl Mutation {
             Outcome::KeyReused => Err(ApiError::KeyReused),
             Outcome::InProgress => Err(ApiError::InProgress),
         }
+    }
+}
+
+/// The change of a route without a one-statement form.
+struct NoInsert;
+
+impl QueryId for NoInsert {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Pg> for NoInsert {
+    fn walk_ast<'b>(&'b self, _: AstPass<'_, 'b, Pg>) -> diesel::QueryResult<()> {
+        Err(diesel::result::Error::QueryBuilderError(
+            "this route has no one-statement change".into(),
+        ))
     }
 }
 

@@ -96,26 +96,24 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let mutation = Mutation::prepare(&req, payload, &state, BodyRule::Json).await?;
     let new = parse_new_order(mutation.json()).map_err(ApiError::Validation)?;
+    let ctx = mutation.ctx();
+    let order = orders::prepare(&ctx.user_id, &ctx.fingerprint, new);
+    let change = orders::insert_statement(&order, &ctx.key);
+    let created = json_reply(StatusCode::CREATED, &order.view(), Some(location(&order)));
     mutation
-        .execute(state, move |tx, ctx| {
-            Ok(
-                match orders::create(tx, &ctx.user_id, &ctx.key, &ctx.fingerprint, new)? {
-                    Created::New(order) => Completion::Record(json_reply(
-                        StatusCode::CREATED,
-                        &order.view(),
-                        Some(location(&order)),
-                    )),
-                    // The ledger entry of the request that created this order was
-                    // purged; the UNIQUE (user_id, idempotency_key) column still
-                    // knows it. Answer from the order, record nothing.
-                    Created::Existing(order) => Completion::ReplayFound(json_reply(
-                        StatusCode::OK,
-                        &order.view(),
-                        Some(location(&order)),
-                    )),
-                    Created::KeyReused => Completion::KeyReusedFound,
-                },
-            )
+        .execute_insert(state, change, created.clone(), move |tx, ctx| {
+            Ok(match orders::insert(tx, &ctx.key, order)? {
+                Created::New(_) => Completion::Record(created),
+                // The ledger entry of the request that created this order was
+                // purged; the UNIQUE (user_id, idempotency_key) column still
+                // knows it. Answer from the order, record nothing.
+                Created::Existing(order) => Completion::ReplayFound(json_reply(
+                    StatusCode::OK,
+                    &order.view(),
+                    Some(location(&order)),
+                )),
+                Created::KeyReused => Completion::KeyReusedFound,
+            })
         })
         .await
 }

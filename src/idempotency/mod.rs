@@ -29,6 +29,15 @@
 //! refusal), or runs when the first recorded nothing; still held after
 //! [`Ledger::wait`]: `IDEMPOTENCY_IN_PROGRESS`.
 //!
+//! On PostgreSQL a mutation whose whole change is one `INSERT`, with an
+//! answer known before it runs (a create), may go through
+//! [`Ledger::execute_insert`]: after the read, the key's lock, the change and
+//! the entry are one autocommitted statement ([`store::RecordedInsert`]), so
+//! a fresh key costs two round trips instead of six. The statement only
+//! tries the lock: a key another unit holds makes it write nothing. Whatever
+//! it cannot decide (the change wrote nothing, or another request recorded
+//! the key meanwhile) goes through the general path above, waiting included.
+//!
 //! Nothing of a request is committed before its response, so a holder that
 //! dies takes everything with it and its key is free at once. The lease
 //! bounds a holder that is alive but hung: it may not record after its lease
@@ -44,12 +53,16 @@ pub(crate) mod store;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-use diesel::result::Error as DieselError;
+use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
+use diesel::query_builder::{QueryFragment, QueryId};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::{PgConnection, QueryResult};
 
 pub use fingerprint::Fingerprint;
 use inflight::InFlight;
 pub use key::{HEADER, IdempotencyKey, KeyError, MAX_LEN};
+pub use store::HELD;
 
 use crate::db::{self, Conn, Failure, Pool, WriteError};
 
@@ -249,6 +262,58 @@ impl Ledger {
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
+        self.run(
+            pool,
+            request,
+            None::<(FastInsert, RecordedResponse)>,
+            mutation,
+        )
+    }
+
+    /// [`Ledger::execute`] for a mutation whose whole change is `change`,
+    /// one PostgreSQL `INSERT … SELECT … FROM` [`HELD`] `… RETURNING 1`
+    /// (a row returned per row written), answered `response` when it writes.
+    /// On PostgreSQL the key's lock, `change` and the entry then run as one
+    /// autocommitted statement ([`store::RecordedInsert`]); when it writes
+    /// nothing (the effect exists already, or another unit holds the key) or
+    /// another request recorded the key since the read, the request goes the
+    /// general way, with `mutation` (which must make the same change). On
+    /// SQLite `mutation` runs as in [`Ledger::execute`].
+    pub fn execute_insert<E, F, C>(
+        &self,
+        pool: &Pool,
+        request: LedgerRequest<'_>,
+        change: &C,
+        response: RecordedResponse,
+        mutation: F,
+    ) -> Result<Outcome, LedgerError<E>>
+    where
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static,
+        C: QueryFragment<Pg> + QueryId,
+    {
+        let fast = |conn: &mut PgConnection, entry: &store::NewEntry<'_>| {
+            store::insert_recorded(conn, change, entry)
+        };
+        self.run(pool, request, Some((fast, response)), mutation)
+    }
+
+    /// Both ways in: the read, then (once) the one-statement insert when there
+    /// is one and the backend is PostgreSQL, then the unit of writing; a key
+    /// another unit holds is waited for, in this process on its entry in
+    /// [`InFlight`], across processes by looking again with a doubling pause.
+    fn run<E, F, G>(
+        &self,
+        pool: &Pool,
+        request: LedgerRequest<'_>,
+        mut fast: Option<(G, RecordedResponse)>,
+        mutation: F,
+    ) -> Result<Outcome, LedgerError<E>>
+    where
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static,
+        G: FnOnce(&mut PgConnection, &store::NewEntry<'_>) -> QueryResult<bool>,
+    {
         let key = request.key.as_str();
         let user = request.user_id;
         let fingerprint = request.fingerprint.as_str();
@@ -259,15 +324,13 @@ impl Ledger {
         let mut mutation = mutation;
         let mut pause = POLL_FIRST;
         loop {
+            if let Some(outcome) = read(pool, request)? {
+                return Ok(outcome);
+            }
+            if let (Some((insert, response)), Pool::Postgres(_)) = (fast.take(), pool)
+                && let Some(outcome) = self.insert_recorded(pool, request, insert, response)?
             {
-                let mut pooled = pool
-                    .get()
-                    .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-                let existing =
-                    store::find(&mut pooled.conn(), key, user).map_err(database_error)?;
-                if let Some(outcome) = existing.map(|entry| decide(entry, fingerprint)) {
-                    return Ok(outcome);
-                }
+                return Ok(outcome);
             }
             match pool.write(self.unit(key, user, fingerprint, mutation))? {
                 Ok(outcome) => return Ok(outcome),
@@ -291,6 +354,64 @@ impl Ledger {
         }
     }
 
+    /// PostgreSQL: the one-statement insert. `Some` when it decided the
+    /// request (written and committed), `None` when it wrote nothing and the
+    /// general way must decide.
+    fn insert_recorded<E, G>(
+        &self,
+        pool: &Pool,
+        request: LedgerRequest<'_>,
+        insert: G,
+        response: RecordedResponse,
+    ) -> Result<Option<Outcome>, LedgerError<E>>
+    where
+        G: FnOnce(&mut PgConnection, &store::NewEntry<'_>) -> QueryResult<bool>,
+    {
+        let (now, expires_at) = self.entry_times();
+        let entry = store::NewEntry {
+            key: request.key.as_str(),
+            user_id: request.user_id,
+            fingerprint: request.fingerprint.as_str(),
+            response: &response,
+            created_at: now,
+            expires_at,
+        };
+        let mut pooled = pool
+            .get()
+            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+        let written = match pooled.conn() {
+            Conn::Postgres(c) => insert(c, &entry),
+            Conn::Sqlite(_) => Ok(false),
+        };
+        // Classified while the connection is still held: one that lost its
+        // server is then dropped instead of going back to the pool.
+        let failure = written.as_ref().err().map(db::classify);
+        drop(pooled);
+        match (written, failure) {
+            (Ok(true), _) => Ok(Some(Outcome::Executed(response))),
+            // The effect exists already, or another unit holds the key:
+            // the general way finds out which.
+            (Ok(false), _) => Ok(None),
+            // Another request recorded the key since the read; nothing of
+            // this statement persisted.
+            (Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)), _) => Ok(None),
+            (Err(_), Some(Failure::LockTimeout)) => Ok(Some(Outcome::InProgress)),
+            (Err(e), _) => Err(database_error(e)),
+        }
+    }
+
+    /// When an entry recorded now is written, and when it may go. Every
+    /// committed entry is complete (the change and its response commit
+    /// together), so retention alone decides.
+    fn entry_times(&self) -> (DateTime<Utc>, DateTime<Utc>) {
+        let now = Utc::now();
+        let keep = chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
+        let expires_at = now
+            .checked_add_signed(keep)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        (now, expires_at)
+    }
+
     /// One try at running `mutation` for the key as a unit of writing.
     fn unit<E, F>(
         &self,
@@ -304,13 +425,7 @@ impl Ledger {
         E: Send + 'static,
     {
         let (key, user, fingerprint) = (key.to_owned(), user.to_owned(), fingerprint.to_owned());
-        let now = Utc::now();
-        // Every committed entry is complete (the change and its response
-        // commit together), so retention alone decides when it may go.
-        let keep = chrono::Duration::from_std(self.retention).unwrap_or(chrono::Duration::MAX);
-        let expires_at = now
-            .checked_add_signed(keep)
-            .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC);
+        let (now, expires_at) = self.entry_times();
         let lease = self.lease;
         move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E, F>> {
             let entry = |conn: &mut Conn<'_>| -> Result<Option<Outcome>, DieselError> {
@@ -379,6 +494,20 @@ impl Ledger {
         }
         Ok(total)
     }
+}
+
+/// The one-statement insert of a request that has none ([`Ledger::execute`]).
+type FastInsert = fn(&mut PgConnection, &store::NewEntry<'_>) -> QueryResult<bool>;
+
+/// The read before any write: the key's completed entry decides at once
+/// (a replay or a refusal), without a lock.
+fn read<E>(pool: &Pool, request: LedgerRequest<'_>) -> Result<Option<Outcome>, LedgerError<E>> {
+    let mut pooled = pool
+        .get()
+        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+    let existing = store::find(&mut pooled.conn(), request.key.as_str(), request.user_id)
+        .map_err(database_error)?;
+    Ok(existing.map(|entry| decide(entry, request.fingerprint.as_str())))
 }
 
 /// The decision for an existing entry: every entry is complete, so it is

@@ -2,11 +2,15 @@
 //! runs inside the caller's transaction when there is one.
 
 use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
 use diesel::prelude::*;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
+use diesel::sql_types::{Binary, Integer, Text};
+use diesel::sqlite::Sqlite;
 
 use super::RecordedResponse;
-use crate::db::{Conn, dispatch};
+use crate::db::{Conn, dispatch, timestamp_text};
 
 /// A ledger row as the decision needs it: every entry is complete (it is
 /// written with its response, and the columns are `NOT NULL`).
@@ -40,6 +44,118 @@ pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<Option
 diesel::define_sql_function! {
     /// PostgreSQL: takes a transaction-scoped advisory lock if it is free.
     fn pg_try_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
+}
+
+/// The name of the relation a [`RecordedInsert`]'s change reads its values
+/// from: it has one row when the statement took the key's advisory lock and
+/// none when another unit holds it, so the change never runs without the
+/// lock, and never waits for it.
+pub const HELD: &str = "held";
+
+/// PostgreSQL: the key's advisory lock, a mutation's one `INSERT` and the
+/// key's entry as one statement, which commits by itself (autocommit): one
+/// round trip for the whole unit of writing.
+///
+/// ```sql
+/// WITH held AS MATERIALIZED (SELECT 1 WHERE pg_try_advisory_xact_lock($1)),
+///      change AS (<the change: INSERT … SELECT … FROM held … RETURNING 1>),
+///      entry AS (INSERT INTO idempotency_ledger (…) SELECT $…, … FROM change)
+/// SELECT count(*) FROM change
+/// ```
+///
+/// The change's rows come from `held`, which has its row only when the
+/// lock was free: a key another unit holds makes the change write nothing
+/// (nobody waits on the lock), and the request goes the general way, which
+/// waits for that unit without a connection. The entry's row comes from the
+/// change's, so the entry is written exactly when the change wrote
+/// something. The entry's `INSERT` has no `ON CONFLICT`: an entry recorded
+/// by another request since the read fails the whole statement with a unique
+/// violation, and nothing of it persists. The count says whether the change
+/// (and with it the entry) was written: `0` leaves the decision to the
+/// general path. The statement's work runs under the session's
+/// `statement_timeout` (the lease), so it cannot run on past the lease; its
+/// commit comes after PostgreSQL disarms that timeout, so a wait for a
+/// synchronous standby is never cut short into a local-only commit.
+pub struct RecordedInsert<'a, C> {
+    lock: i64,
+    change: &'a C,
+    entry: &'a NewEntry<'a>,
+    status: i32,
+    headers: String,
+}
+
+impl<'a, C> RecordedInsert<'a, C> {
+    pub fn new(change: &'a C, entry: &'a NewEntry<'a>) -> Self {
+        Self {
+            lock: lock_id(entry.key, entry.user_id),
+            change,
+            entry,
+            status: i32::from(entry.response.status),
+            headers: entry.response.recorded_headers_json(),
+        }
+    }
+}
+
+/// The statement's identity for diesel's prepared-statement cache: its SQL
+/// text depends only on the change's (every value is a bind parameter).
+pub struct RecordedInsertId<C>(std::marker::PhantomData<C>);
+
+impl<C: QueryId> QueryId for RecordedInsert<'_, C> {
+    type QueryId = RecordedInsertId<C::QueryId>;
+    const HAS_STATIC_QUERY_ID: bool = C::HAS_STATIC_QUERY_ID;
+}
+
+impl<C: QueryFragment<Pg>> QueryFragment<Pg> for RecordedInsert<'_, C> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("WITH ");
+        out.push_sql(HELD);
+        out.push_sql(" AS MATERIALIZED (SELECT 1 WHERE pg_try_advisory_xact_lock(");
+        out.push_bind_param::<BigInt, _>(&self.lock)?;
+        out.push_sql(")), change AS (");
+        self.change.walk_ast(out.reborrow())?;
+        out.push_sql(
+            "), entry AS (INSERT INTO idempotency_ledger (idempotency_key, user_id, \
+             request_fingerprint, response_status, response_headers, response_body, \
+             created_at, expires_at) SELECT ",
+        );
+        out.push_bind_param::<Text, str>(self.entry.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.entry.user_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.entry.fingerprint)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Integer, _>(&self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.headers)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&self.entry.response.body)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Timestamptz, _>(&self.entry.created_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Timestamptz, _>(&self.entry.expires_at)?;
+        out.push_sql(" FROM change) SELECT count(*) FROM change");
+        Ok(())
+    }
+}
+
+impl<C> Query for RecordedInsert<'_, C> {
+    type SqlType = BigInt;
+}
+
+impl<C> RunQueryDsl<PgConnection> for RecordedInsert<'_, C> {}
+
+/// Runs a [`RecordedInsert`] on its own (autocommit): `true` when the change
+/// and the entry were written and committed.
+pub fn insert_recorded<C>(
+    conn: &mut PgConnection,
+    change: &C,
+    entry: &NewEntry<'_>,
+) -> QueryResult<bool>
+where
+    C: QueryFragment<Pg> + QueryId,
+{
+    let written: i64 = RecordedInsert::new(change, entry).get_result(conn)?;
+    Ok(written > 0)
 }
 
 /// The advisory-lock id of `(key, user_id)`: 64 bits of a SHA-256, so two
@@ -88,6 +204,16 @@ pub struct NewEntry<'a> {
 pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
     let headers = entry.response.recorded_headers_json();
     let status = i32::from(entry.response.status);
+    if let Conn::Sqlite(c) = conn {
+        let statement = SqliteRecord {
+            entry,
+            status,
+            headers: &headers,
+            created_at: timestamp_text(&entry.created_at),
+            expires_at: timestamp_text(&entry.expires_at),
+        };
+        return Ok(statement.execute(*c)? == 1);
+    }
     let inserted = dispatch!(conn, c, s => {
         use s::idempotency_ledger::dsl as l;
         diesel::insert_into(l::idempotency_ledger)
@@ -106,6 +232,53 @@ pub fn record(conn: &mut Conn<'_>, entry: &NewEntry<'_>) -> QueryResult<bool> {
     })?;
     Ok(inserted == 1)
 }
+
+/// SQLite: the statement of [`record`], written out so that diesel finds its
+/// prepared statement by type instead of building the SQL text of its DSL
+/// insert on every call to look it up (this runs on the single writer).
+struct SqliteRecord<'a> {
+    entry: &'a NewEntry<'a>,
+    status: i32,
+    headers: &'a str,
+    /// The timestamps as the text diesel's `TimestamptzSqlite` would write.
+    created_at: String,
+    expires_at: String,
+}
+
+impl QueryId for SqliteRecord<'_> {
+    type QueryId = SqliteRecord<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Sqlite> for SqliteRecord<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        let e = self.entry;
+        out.push_sql(
+            "INSERT INTO idempotency_ledger (idempotency_key, user_id, request_fingerprint, \
+             response_status, response_headers, response_body, created_at, expires_at) \
+             VALUES (",
+        );
+        out.push_bind_param::<Text, str>(e.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(e.user_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(e.fingerprint)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Integer, _>(&self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, str>(self.headers)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&e.response.body)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.created_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.expires_at)?;
+        out.push_sql(") ON CONFLICT DO NOTHING");
+        Ok(())
+    }
+}
+
+impl RunQueryDsl<SqliteConnection> for SqliteRecord<'_> {}
 
 /// Deletes at most `limit` expired rows; returns how many went.
 pub fn purge_batch(conn: &mut Conn<'_>, now: DateTime<Utc>, limit: i64) -> QueryResult<usize> {

@@ -20,8 +20,8 @@ use crate::db::Conn;
 use crate::idempotency::{Fingerprint, IdempotencyKey, LedgerTx};
 use input::{NewOrder, OrderPatch};
 use model::{Order, OrderId, OrderStatus};
-pub use store::CorruptRow;
 use store::{Changes, NewRow};
+pub use store::{CorruptRow, PgInsert};
 
 /// Why an orders operation did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +62,12 @@ pub fn create(
     fingerprint: &Fingerprint,
     new: NewOrder,
 ) -> Result<Created, OrdersError> {
-    let order = Order {
+    insert(tx, key, prepare(user_id, fingerprint, new))
+}
+
+/// The order a create request makes, before it is stored.
+pub fn prepare(user_id: &str, fingerprint: &Fingerprint, new: NewOrder) -> Order {
+    Order {
         id: OrderId::generate(),
         user_id: user_id.to_owned(),
         item: new.item,
@@ -71,7 +76,28 @@ pub fn create(
         status: OrderStatus::Pending,
         request_fingerprint: fingerprint.as_str().to_owned(),
         created_at: now(),
-    };
+    }
+}
+
+/// The PostgreSQL statement that stores `order` with the ledger's record
+/// (`idempotency::Ledger::execute_insert`); it can only run inside the
+/// ledger's statement.
+pub fn insert_statement(order: &Order, key: &IdempotencyKey) -> PgInsert {
+    PgInsert::new(&NewRow {
+        order,
+        idempotency_key: key.as_str(),
+    })
+}
+
+/// Stores a prepared order unless its key made one before: what [`create`]
+/// does after [`prepare`].
+pub fn insert(
+    tx: &mut LedgerTx<'_, '_>,
+    key: &IdempotencyKey,
+    order: Order,
+) -> Result<Created, OrdersError> {
+    let user_id = order.user_id.clone();
+    let fingerprint = order.request_fingerprint.clone();
     if store::insert(
         tx.conn(),
         &NewRow {
@@ -82,10 +108,10 @@ pub fn create(
         return Ok(Created::New(order));
     }
     // UNIQUE (user_id, idempotency_key) refused the row: this key made an order before.
-    let existing: Order = store::find_by_key(tx.conn(), user_id, key.as_str())?
+    let existing: Order = store::find_by_key(tx.conn(), &user_id, key.as_str())?
         .ok_or(OrdersError::NotFound)?
         .try_into()?;
-    Ok(if existing.request_fingerprint == fingerprint.as_str() {
+    Ok(if existing.request_fingerprint == fingerprint {
         Created::Existing(existing)
     } else {
         Created::KeyReused

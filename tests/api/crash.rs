@@ -259,9 +259,14 @@ both_backends! {
 }
 
 /// The deterministic form of the takeover, on PostgreSQL: the request is
-/// killed while it certainly holds its key (its transaction is blocked on
-/// an order row the test holds, with the key's advisory lock taken). The hold
-/// vanishes with the killed transaction; after the restart the key runs at once.
+/// killed while it certainly holds its key (its one statement — the key's
+/// advisory lock, the order and the entry — is blocked on an order row the
+/// test holds). The statement was sent whole, so once the row is released the
+/// server finishes it alone: its order and entry commit together or not at
+/// all, as after a kill that came just after a `COMMIT` was sent. Either way
+/// nothing holds the key after the restart: the first retry is answered at
+/// once — it runs (`201`) when nothing committed, or replays the killed
+/// request's recorded `201` — and the key has exactly one order.
 #[test]
 #[cfg_attr(
     postgres_tests_ignored,
@@ -291,12 +296,12 @@ fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
     );
     held.release();
 
-    // The killed holder's transaction ends by itself: nothing waits a lease.
+    // The killed holder's statement ends by itself: nothing waits a lease.
     wait_for_no_session_where(&db.url, "xact_start IS NOT NULL", Duration::from_secs(10));
-    assert_eq!(
-        (order_count(&pool), ledger_count(&pool)),
-        (0, 0),
-        "the killed claim committed nothing"
+    let committed = (order_count(&pool), ledger_count(&pool));
+    assert!(
+        committed == (0, 0) || committed == (1, 1),
+        "the killed request's order and entry commit together or not at all: {committed:?}"
     );
 
     server.restart(&["--lease-secs", "1"]);
@@ -304,9 +309,10 @@ fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
     let retry = client
         .post_order("killed-holder", &body)
         .expect("an answer after the restart");
+    let expected = if committed == (1, 1) { 200 } else { 201 };
     assert_eq!(
-        retry.status, 201,
-        "the retry must run at once: {}",
+        retry.status, expected,
+        "the retry must be answered at once (run, or replay what committed): {}",
         retry.body
     );
     let id = retry.json()["id"].as_str().expect("order id").to_owned();

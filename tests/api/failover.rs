@@ -82,17 +82,72 @@ fn a_write_to_a_node_that_cannot_write_now_answers_503_with_retry_after_and_reco
 }
 
 /// A TCP relay in front of PostgreSQL that, once armed, passes the next
-/// `COMMIT` on to the server and then cuts both connections without
-/// relaying the server's answer: the commit happened, the service cannot
-/// know it. (`proxy.rs` is an HTTP front, one request per connection; this
+/// message that commits on to the server — a `COMMIT`, or the
+/// one-statement create, which commits by itself — and then cuts both
+/// connections without relaying the server's answer: the commit happened,
+/// the service cannot know it. (`proxy.rs` is an HTTP front, one request per connection; this
 /// relays PostgreSQL's own protocol, so it is a different tool.)
 struct CommitCutter {
     port: u16,
     armed: Arc<AtomicBool>,
 }
 
-/// diesel's `COMMIT`: a simple-protocol Query message (`Q`, length 11).
-const COMMIT_MESSAGE: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+/// The start of the one-statement create's text (`store::RecordedInsert`),
+/// which diesel prepares (a Parse message) before it binds and runs it.
+const ONE_STATEMENT_CREATE: &[u8] = b"WITH held AS MATERIALIZED";
+
+/// The frontend messages of `chunk` that it holds whole: type and body.
+fn messages(chunk: &[u8]) -> Vec<(u8, &[u8])> {
+    let mut found = Vec::new();
+    let mut rest = chunk;
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        if len < 4 || rest.len() < 1 + len {
+            break;
+        }
+        found.push((rest[0], &rest[5..1 + len]));
+        rest = &rest[1 + len..];
+    }
+    found
+}
+
+/// The first NUL-terminated string of `body`, and what follows it.
+fn c_string(body: &[u8]) -> (&[u8], &[u8]) {
+    let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+    (&body[..end], body.get(end + 1..).unwrap_or_default())
+}
+
+/// Follows one connection's messages: whether a chunk runs a commit — a
+/// simple-protocol `COMMIT`, or a Bind of the one-statement create, which
+/// commits by itself at its Sync.
+#[derive(Default)]
+struct CommitWatch {
+    create_statement: Option<Vec<u8>>,
+}
+
+impl CommitWatch {
+    fn commits(&mut self, chunk: &[u8]) -> bool {
+        let mut commits = false;
+        for (kind, body) in messages(chunk) {
+            match kind {
+                b'Q' => commits |= body == b"COMMIT\0",
+                b'P' => {
+                    let (name, query) = c_string(body);
+                    if query.starts_with(ONE_STATEMENT_CREATE) {
+                        self.create_statement = Some(name.to_vec());
+                    }
+                }
+                b'B' => {
+                    let (_portal, rest) = c_string(body);
+                    let (statement, _) = c_string(rest);
+                    commits |= self.create_statement.as_deref() == Some(statement);
+                }
+                _ => {}
+            }
+        }
+        commits
+    }
+}
 
 impl CommitCutter {
     fn start(upstream: String) -> Self {
@@ -120,16 +175,13 @@ impl CommitCutter {
         let cut_requested = cut.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 16 * 1024];
+            let mut watch = CommitWatch::default();
             while let Ok(n) = from_client.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
                 let chunk = &buf[..n];
-                if chunk
-                    .windows(COMMIT_MESSAGE.len())
-                    .any(|w| w == COMMIT_MESSAGE)
-                    && armed.swap(false, Ordering::SeqCst)
-                {
+                if watch.commits(chunk) && armed.swap(false, Ordering::SeqCst) {
                     cut_requested.store(true, Ordering::SeqCst);
                 }
                 if to_server.write_all(chunk).is_err() {
@@ -144,7 +196,7 @@ impl CommitCutter {
                 if n == 0 {
                     break;
                 }
-                // The server's answer to the cut `COMMIT`: never relayed.
+                // The server's answer to the cut commit: never relayed.
                 if cut.load(Ordering::SeqCst) {
                     break;
                 }
@@ -157,7 +209,7 @@ impl CommitCutter {
         });
     }
 
-    /// The next `COMMIT` through the relay is cut from its answer.
+    /// The next commit through the relay is cut from its answer.
     fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
     }

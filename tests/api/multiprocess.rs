@@ -104,8 +104,11 @@ both_backends! {
 /// its key for at most IDEMPOTENCY_LEASE_SECS; after that the next request
 /// with that key takes it over and runs" — here the next request goes to the
 /// other process, which never restarts. The first process is killed while
-/// its request certainly holds the key (blocked on an order row the test
-/// holds, with the key's advisory lock taken).
+/// its request certainly holds the key (its one statement blocked on an order
+/// row the test holds, with the key's advisory lock taken). That statement was
+/// sent whole, so once the row is released the server may finish it alone
+/// (its order and entry together); the other process then replays it, or
+/// runs the key itself when nothing committed — never a second order.
 #[test]
 #[cfg_attr(
     postgres_tests_ignored,
@@ -154,7 +157,13 @@ fn a_claim_held_by_a_killed_process_is_taken_over_by_the_other_process() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(answer.status, 201, "{}", answer.body);
+    assert!(
+        answer.status == 201
+            || (answer.status == 200 && answer.header("idempotent-replayed").is_some()),
+        "run, or a replay of what the killed request committed: {} {}",
+        answer.status,
+        answer.body
+    );
     let id = answer.json()["id"].as_str().expect("order id").to_owned();
     assert_eq!(order_id_for_key(&pool, "alice", "orphaned-claim"), Some(id));
     assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
