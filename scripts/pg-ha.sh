@@ -137,9 +137,10 @@ synchronous() {
 #   reproduced by stalling the old primary's keeper during a switchover with
 #   its synchronous_standby_names emptied. So the failover test starts each
 #   failover only from a primary that PostgreSQL shows waiting for a
-#   streaming synchronous standby (`wait-synchronous`), and the standby's
-#   health checks below are lenient enough that a loaded machine does not
-#   flap it unhealthy. The setting that removes the relaxation itself is
+#   streaming synchronous standby (`wait-synchronous`), and the health
+#   checks below are lenient, so that a loaded machine is less likely to
+#   have a slow standby called unhealthy. On two nodes that is a precaution,
+#   not a guarantee; the setting that removes the relaxation itself is
 #   number_sync_standbys 1, which needs a third node (docs/SCALING.md).
 # - network_partition_timeout (3 s): a primary's keeper that reaches neither
 #   the monitor nor its standby for this long stops accepting writes itself;
