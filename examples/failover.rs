@@ -6,21 +6,31 @@
 //!
 //! Each of `FAILOVER_CLIENTS` (8) clients creates orders with keys of its own
 //! and retries the same key, with the same body, on `503` (after
-//! `Retry-After`, at most a second) and on a lost connection, until a `2xx`.
-//! After each round it asserts, against the database:
+//! `Retry-After`, at most a second), on a `408` (the HTTP layer did not read
+//! the request's head in time: it never reached the service) and on a lost
+//! connection, until a `2xx`. Each failover starts only from a primary that
+//! waits for a streaming synchronous standby (`pg-ha.sh wait-synchronous`),
+//! so that every order acknowledged before it is on both nodes. After each
+//! round it asserts, against the database:
 //!
 //! - every acknowledged order is there, under its key, with the id the client
 //!   was told (none lost);
 //! - no order twice: the orders stored are exactly the keys acknowledged,
 //!   and every key replays its id;
-//! - only `2xx` and `503` with `Retry-After` were answered (never a `500`);
+//! - only `2xx` and `503` with `Retry-After` were answered by the service
+//!   (never a `500`);
+//! - the two nodes were never both writable without a synchronous standby
+//!   (each node's role is polled every 100 ms, from before the rejoin; both
+//!   accepting sessions while one waits for a standby is reported, not
+//!   failed: that one cannot acknowledge);
 //! - writes succeed again by themselves within [`RECOVERY_BOUND`] of the
 //!   new primary's promotion, without restarting the service.
 //!
 //! and prints the round's acknowledged, lost and duplicated orders, the
 //! outage window (the longest time no client got a `2xx`), the promotion
-//! time (event to the new primary accepting a read-write session) and the
-//! `503`s answered. Loopback only; every wait has a deadline.
+//! time (event to the new primary accepting a read-write session), the
+//! `503`s answered and the `408`s retried. Loopback only; every wait has a
+//! deadline.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -99,7 +109,8 @@ fn main() {
         let recovered_in = round.first_ack_after_promotion;
         println!(
             "round {} ({}): acknowledged {} (total {}), lost {}, duplicated {}, outage {:.1} s, \
-             promotion {:.1} s, writes back {:.1} s after promotion, 503s {}, other answers {}",
+             promotion {:.1} s, writes back {:.1} s after promotion, 503s {}, 408s (not read, \
+             retried) {}, other answers {}",
             n + 1,
             event.describe(),
             round.acks.len(),
@@ -110,6 +121,7 @@ fn main() {
             round.promotion.as_secs_f64(),
             recovered_in.map_or(f64::NAN, |d| d.as_secs_f64()),
             round.unavailable,
+            round.not_read,
             round.unexpected.len(),
         );
         let mut problems = Vec::new();
@@ -122,6 +134,22 @@ fn main() {
                 check.mismatched.len(),
                 check.mismatched.iter().take(3).collect::<Vec<_>>()
             ));
+        }
+        if !round.split_brain.is_empty() {
+            problems.push(format!(
+                "both nodes could acknowledge writes alone at once: {:?}",
+                round.split_brain
+            ));
+        }
+        // Not a failure by itself: an old primary whose keeper is slow to
+        // stop it still accepts sessions, but its commits wait for the
+        // standby that stopped streaming before it was promoted.
+        if !round.two_writable.is_empty() {
+            println!(
+                "round {}: both nodes accepted read-write sessions: {:?}",
+                n + 1,
+                round.two_writable
+            );
         }
         if !round.unexpected.is_empty() {
             problems.push(format!("unexpected answers: {:?}", round.unexpected));
@@ -143,7 +171,11 @@ fn main() {
                 let url = ha
                     .node_url(node)
                     .replace("target_session_attrs=read-write&", "");
-                eprintln!("round {}: {node} holds {}", n + 1, orders_on(&url));
+                eprintln!(
+                    "round {}: {node} holds {}",
+                    n + 1,
+                    orders_on(&url, &check.missing)
+                );
             }
         }
         if !problems.is_empty() || std::env::var_os("FAILOVER_TIMELINE").is_some() {
@@ -224,6 +256,8 @@ struct Ack {
 struct Log {
     acks: Vec<Ack>,
     unavailable: usize,
+    /// `408`s: requests whose head the HTTP layer did not read in time.
+    not_read: usize,
     unexpected: Vec<String>,
     stuck: usize,
 }
@@ -233,18 +267,41 @@ struct Round {
     timeline: String,
     acks: Vec<Ack>,
     unavailable: usize,
+    not_read: usize,
     unexpected: Vec<String>,
     stuck: usize,
+    /// When both nodes accepted read-write sessions at once (offsets from
+    /// the event, as the watchers saw it).
+    two_writable: Vec<String>,
+    /// Those of them in which both could acknowledge a commit alone.
+    split_brain: Vec<String>,
     outage: Duration,
     promotion: Duration,
     first_ack_after_promotion: Option<Duration>,
 }
 
 fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Event) -> Round {
+    // Watched from before the rejoin: a killed primary coming back must
+    // never be writable next to the new one.
+    let watch_stop = Arc::new(AtomicBool::new(false));
+    let watchers: Vec<_> = ["node1", "node2"]
+        .into_iter()
+        .map(|node| {
+            let url = ha
+                .node_url(node)
+                .replace("target_session_attrs=read-write&", "");
+            let stop = watch_stop.clone();
+            std::thread::spawn(move || watch(node, &url, &stop))
+        })
+        .collect();
     if !matches!(event, Event::KillPrimary) {
         ha.run("rejoin");
     }
     ha.run("wait-healthy");
+    // Every acknowledged order is on both nodes from here on: the primary
+    // requires its standby again (pg_auto_failover names it in
+    // synchronous_standby_names once the standby is `secondary`).
+    ha.run("wait-synchronous");
     let old_primary = ha.run("primary");
     let new_primary = if old_primary == "node1" {
         "node2"
@@ -262,18 +319,11 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
         })
         .collect();
 
-    let watch_stop = Arc::new(AtomicBool::new(false));
-    let watchers: Vec<_> = ["node1", "node2"]
-        .into_iter()
-        .map(|node| {
-            let url = ha
-                .node_url(node)
-                .replace("target_session_attrs=read-write&", "");
-            let stop = watch_stop.clone();
-            std::thread::spawn(move || watch(node, &url, &stop))
-        })
-        .collect();
     std::thread::sleep(Duration::from_secs(2));
+    // Checked again just before the event, under the clients' load: the
+    // failover starts from two nodes that both hold every acknowledged order.
+    ha.run("wait-healthy");
+    ha.run("wait-synchronous");
     let started = Instant::now();
     match event {
         Event::KillPrimary | Event::RejoinThenKillPrimary => {
@@ -312,16 +362,36 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
         .flat_map(|w| w.join().expect("watcher thread"))
         .collect();
     timeline.sort_by_key(|(at, _)| *at);
+    let offset_of = |at: Instant| {
+        if at >= started {
+            at.duration_since(started).as_secs_f64()
+        } else {
+            -started.duration_since(at).as_secs_f64()
+        }
+    };
+    let spans = two_writable(&timeline);
+    let describe = |span: &TwoWritable| {
+        format!(
+            "{:+.2} s to {}{}",
+            offset_of(span.from),
+            span.until
+                .map_or("the end".to_owned(), |u| format!("{:+.2} s", offset_of(u))),
+            if span.both_alone {
+                ", both without a synchronous standby"
+            } else {
+                ", one waiting for a standby not streaming from it"
+            }
+        )
+    };
+    let split_brain = spans
+        .iter()
+        .filter(|s| s.both_alone)
+        .map(describe)
+        .collect();
+    let two_writable = spans.iter().map(describe).collect();
     let timeline = timeline
         .into_iter()
-        .map(|(at, what)| {
-            let offset = if at >= started {
-                at.duration_since(started).as_secs_f64()
-            } else {
-                -started.duration_since(at).as_secs_f64()
-            };
-            format!("  {offset:+6.2} s {what}")
-        })
+        .map(|(at, what)| format!("  {:+6.2} s {what}", offset_of(at)))
         .collect::<Vec<_>>()
         .join("\n");
 
@@ -341,8 +411,11 @@ fn run_round(ha: &Formation, base: &str, token: &str, clients: usize, event: Eve
         timeline,
         acks: log.acks,
         unavailable: log.unavailable,
+        not_read: log.not_read,
         unexpected: log.unexpected,
         stuck: log.stuck,
+        two_writable,
+        split_brain,
         outage,
         promotion,
         first_ack_after_promotion,
@@ -359,16 +432,27 @@ fn watch(node: &str, url: &str, stop: &AtomicBool) -> Vec<(Instant, String)> {
     }
     let mut seen = Vec::new();
     let mut last = String::new();
+    // One session, opened again only when it breaks: a new one every poll
+    // would fork a backend ten times a second on a small machine.
+    let mut session: Option<PgConnection> = None;
     while !stop.load(Ordering::SeqCst) {
-        let now = match PgConnection::establish(url) {
-            Ok(mut conn) => diesel::sql_query(
+        if session.is_none() {
+            session = PgConnection::establish(url).ok();
+        }
+        let state = session.as_mut().map(|conn| {
+            diesel::sql_query(
                 "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE 'primary' END \
                  || ' read_only=' || current_setting('default_transaction_read_only') \
                  || ' sync=' || quote_literal(current_setting('synchronous_standby_names')) AS state",
             )
-            .get_result::<State>(&mut conn)
-            .map_or_else(|e| format!("error {e}"), |s| s.state),
-            Err(_) => "down".to_owned(),
+            .get_result::<State>(conn)
+        });
+        let now = match state {
+            Some(Ok(s)) => s.state,
+            Some(Err(_)) | None => {
+                session = None;
+                "down".to_owned()
+            }
         };
         if now != last {
             seen.push((Instant::now(), format!("{node}: {now}")));
@@ -379,8 +463,55 @@ fn watch(node: &str, url: &str, stop: &AtomicBool) -> Vec<(Instant, String)> {
     seen
 }
 
-/// How many orders of the test's user one node holds, and its role.
-fn orders_on(url: &str) -> String {
+/// A span during which both nodes accepted read-write sessions.
+struct TwoWritable {
+    from: Instant,
+    until: Option<Instant>,
+    /// Whether both named no synchronous standby at some moment of it, so
+    /// that each could acknowledge a commit alone (a split brain that loses
+    /// writes). Otherwise one of them waits for a standby that is not
+    /// streaming from it, and cannot acknowledge.
+    both_alone: bool,
+}
+
+/// The spans during which both nodes accepted read-write sessions, from the
+/// watchers' timeline (each entry is `node: state`, a change of that node).
+fn two_writable(timeline: &[(Instant, String)]) -> Vec<TwoWritable> {
+    let mut nodes: HashMap<&str, (bool, bool)> = HashMap::new();
+    let mut spans: Vec<TwoWritable> = Vec::new();
+    let mut open = false;
+    for (at, what) in timeline {
+        let Some((node, state)) = what.split_once(": ") else {
+            continue;
+        };
+        let writable = state.starts_with("primary read_only=off");
+        let alone = state.ends_with("sync=''");
+        nodes.insert(node, (writable, alone));
+        let both = nodes.values().filter(|(w, _)| *w).count() > 1;
+        let both_alone = both && nodes.values().all(|(w, a)| !*w || *a);
+        match (both, open, spans.last_mut()) {
+            (true, false, _) => {
+                spans.push(TwoWritable {
+                    from: *at,
+                    until: None,
+                    both_alone,
+                });
+                open = true;
+            }
+            (true, true, Some(span)) => span.both_alone |= both_alone,
+            (false, true, Some(span)) => {
+                span.until = Some(*at);
+                open = false;
+            }
+            _ => {}
+        }
+    }
+    spans
+}
+
+/// How many orders of the test's user one node holds (and how many of the
+/// `missing` keys), and its role.
+fn orders_on(url: &str, missing: &[String]) -> String {
     #[derive(QueryableByName)]
     struct Held {
         #[diesel(sql_type = Text)]
@@ -390,10 +521,14 @@ fn orders_on(url: &str) -> String {
         .map_err(|e| e.to_string())
         .and_then(|mut conn| {
             diesel::sql_query(
-                "SELECT count(*) || ' orders; in recovery: ' || pg_is_in_recovery() AS held \
+                "SELECT count(*) || ' orders, ' \
+                 || count(*) FILTER (WHERE idempotency_key = ANY($2)) \
+                 || ' of the keys missing on the checked node; in recovery: ' \
+                 || pg_is_in_recovery() AS held \
                  FROM orders WHERE user_id = $1",
             )
             .bind::<Text, _>(USER)
+            .bind::<diesel::sql_types::Array<Text>, _>(missing)
             .get_result::<Held>(&mut conn)
             .map(|h| h.held)
             .map_err(|e| e.to_string())
@@ -470,6 +605,16 @@ fn client(c: usize, base: &str, token: &str, stop: &AtomicBool, log: &Mutex<Log>
                                 Duration::from_secs(seconds).min(Duration::from_secs(1)),
                             );
                         }
+                        // actix-http's answer when a request's head was not
+                        // read within `client_request_timeout` of the
+                        // connection's accept: the request never reached the
+                        // service (nothing ran), so the client sends it again,
+                        // as after a lost connection. Counted apart: it is the
+                        // HTTP layer's, not an answer of the service's.
+                        (408, _) => {
+                            log.lock().unwrap().not_read += 1;
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
                         _ => {
                             log.lock().unwrap().unexpected.push(format!(
                                 "{status} (Retry-After {retry_after:?}) for {key}: {text}"
@@ -491,6 +636,8 @@ struct Check {
     /// The port of the node the orders were read on.
     checked_on: i32,
     lost: usize,
+    /// The keys acknowledged but not stored there.
+    missing: Vec<String>,
     duplicated: usize,
     /// Keys whose stored or replayed id is not the one acknowledged.
     mismatched: Vec<String>,
@@ -549,7 +696,10 @@ fn check(url: &DatabaseUrl, base: &str, token: &str, acks: &HashMap<String, Ack>
         .into();
     for ack in acks.values() {
         match by_key.get(ack.key.as_str()) {
-            None => check.lost += 1,
+            None => {
+                check.lost += 1;
+                check.missing.push(ack.key.clone());
+            }
             Some(ids) if ids != &[ack.id.as_str()] => {
                 check
                     .mismatched

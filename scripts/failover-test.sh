@@ -6,9 +6,10 @@
 #
 #   scripts/failover-test.sh                   # 8 clients
 #   FAILOVER_CLIENTS=4 scripts/failover-test.sh
+#   FAILOVER_TMP=/tmp/ha-mine scripts/failover-test.sh  # formation in /tmp/ha-mine.XXXXXX
 #
 # Bounded: the whole run is killed after FAILOVER_TIMEOUT seconds (600).
-# About 1.5 minutes once built. Loopback only.
+# About 2 to 2.5 minutes once built. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,7 @@ cargo build --locked --quiet --bin orders-api --example failover
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
-dir=$(mktemp -d /tmp/orders-api-ha.XXXXXX)
+dir=$(mktemp -d "${FAILOVER_TMP:-/tmp/orders-api-ha}.XXXXXX")
 cleanup() {
   # The driver stops the service it started; if the driver itself was
   # killed (the timeout), the service is stopped here.
