@@ -32,7 +32,7 @@
 //! On PostgreSQL a mutation whose whole change is one `INSERT`, with an
 //! answer known before it runs (a create), may go through
 //! [`Ledger::execute_insert`]: after the read, the key's lock, the change and
-//! the entry are one autocommitted statement ([`store::RecordedInsert`]), so
+//! the entry are one autocommitted statement (`store::RecordedInsert`), so
 //! a fresh key costs two round trips instead of six. The statement only
 //! tries the lock: a key another unit holds makes it write nothing. Whatever
 //! it cannot decide (the change wrote nothing, or another request recorded
@@ -247,7 +247,7 @@ impl Ledger {
     ///
     /// A request whose key another one is running waits for it, at most
     /// [`Ledger::wait`], without holding a database connection: in this
-    /// process on the key's entry in [`InFlight`] (woken when the first is
+    /// process on the key's entry in `InFlight` (woken when the first is
     /// over), across processes (PostgreSQL) by looking again with a
     /// doubling pause; then it answers what the first recorded — or runs,
     /// when the first recorded nothing. Still held at the deadline:
@@ -274,7 +274,7 @@ impl Ledger {
     /// one PostgreSQL `INSERT … SELECT … FROM` [`HELD`] `… RETURNING 1`
     /// (a row returned per row written), answered `response` when it writes.
     /// On PostgreSQL the key's lock, `change` and the entry then run as one
-    /// autocommitted statement ([`store::RecordedInsert`]); when it writes
+    /// autocommitted statement (`store::RecordedInsert`); when it writes
     /// nothing (the effect exists already, or another unit holds the key) or
     /// another request recorded the key since the read, the request goes the
     /// general way, with `mutation` (which must make the same change). On

@@ -46,7 +46,7 @@ diesel::define_sql_function! {
     fn pg_try_advisory_xact_lock(key: BigInt) -> diesel::sql_types::Bool;
 }
 
-/// The name of the relation a [`RecordedInsert`]'s change reads its values
+/// The name of the relation a `RecordedInsert`'s change reads its values
 /// from: it has one row when the statement took the key's advisory lock and
 /// none when another unit holds it, so the change never runs without the
 /// lock, and never waits for it.

@@ -174,7 +174,7 @@ impl QueryFragment<Sqlite> for SqliteInsert<'_> {
 
 impl RunQueryDsl<SqliteConnection> for SqliteInsert<'_> {}
 
-/// PostgreSQL: the same row as [`insert`], as the ledger's one-statement
+/// PostgreSQL: the same row as `insert`, as the ledger's one-statement
 /// create needs it (see `idempotency::Ledger::execute_insert`): its values
 /// are selected from the ledger's [`HELD`] relation, so the row is written
 /// only once the key's lock is held, and `RETURNING 1` tells the ledger it
