@@ -13,6 +13,8 @@
 
 #[path = "bench/overload.rs"]
 mod overload;
+#[path = "bench/rss.rs"]
+mod rss;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 
+use crate::rss::peak_rss_kb;
+
 const BODY: &str = r#"{"item":"Widget","quantity":2,"price":9.99}"#;
 /// Connections of the unloaded measurement.
 const UNLOADED_CONNECTIONS: usize = 4;
@@ -318,19 +320,6 @@ impl Overload {
             self.shed_keys_used,
         )
     }
-}
-
-/// The highest resident set size the process has had, in KiB.
-fn peak_rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// Starts `bin serve` on a free port against `database_url` with the
