@@ -51,7 +51,7 @@ fn run(item: &str, quantity: &str, price: &str) -> Result<String, String> {
 
     let op = outbox.get(id).map_err(|e| e.to_string())?;
     let answer = op.response_body.clone().unwrap_or_default();
-    match op.state() {
+    match op.state {
         State::Done => Ok(answer),
         State::Failed => Err(format!(
             "refused ({}): {answer}",

@@ -162,20 +162,23 @@ impl World {
     fn assert_exactly_once(&self, ops: &[Vec<i64>]) {
         let mut outbox = self.client.outbox();
         let all = outbox.list().unwrap();
-        let not_done: Vec<_> = all.iter().filter(|o| o.state() != State::Done).collect();
+        let not_done: Vec<_> = all.iter().filter(|o| o.state != State::Done).collect();
         assert!(not_done.is_empty(), "not done: {not_done:?}");
         for order in ops {
             let create = outbox.get(order[0]).unwrap();
             let id = order_id_for_key(&self.pool, "alice", &create.idempotency_key)
                 .expect("the create's key made an order");
-            assert_eq!(create.answered_order_id().as_deref(), Some(id.as_str()));
+            assert_eq!(
+                create.order_id.map(|o| o.to_string()).as_deref(),
+                Some(id.as_str())
+            );
             let now = Client::of(self).get_order(&id);
             assert_eq!(now["quantity"], PATCHES[PATCHES.len() - 1], "{now}");
             assert_eq!(now["status"], "cancelled", "{now}");
             for later in &order[1..] {
                 let op = outbox.get(*later).unwrap();
                 assert_eq!(
-                    op.answered_order_id().as_deref(),
+                    op.order_id.map(|o| o.to_string()).as_deref(),
                     Some(id.as_str()),
                     "{op:?}"
                 );
@@ -267,7 +270,7 @@ both_backends! {
             sync.wait().unwrap();
             kill_points.push(wait);
             let leased = world.client.outbox().list().unwrap().iter()
-                .any(|o| o.state() == State::Pending && o.lease_owner.is_some());
+                .any(|o| o.state == State::Pending && o.lease_owner.is_some());
             killed_holding_a_lease += usize::from(leased);
         }
         let before = world.client.outbox().list().unwrap();
@@ -280,9 +283,9 @@ both_backends! {
         eprintln!(
             "{KILL_ROUNDS} kills after (ms) {kill_points:?}, {killed_holding_a_lease} holding a lease: \
              {} of {} operations done, {} claims, {} requests seen, {} answers lost before the last sync",
-            before.iter().filter(|o| o.state() == State::Done).count(),
+            before.iter().filter(|o| o.state == State::Done).count(),
             before.len(),
-            before.iter().map(|o| o.attempts).sum::<i32>(),
+            before.iter().map(|o| o.attempts).sum::<u32>(),
             seen,
             lost,
         );
@@ -297,7 +300,7 @@ both_backends! {
         // Answered (the order exists), not recorded.
         assert!(!world.client.run_with_crash(&address, "after_send").success());
         let create = world.client.outbox().get(ops[0][0]).unwrap();
-        assert_eq!((create.state(), create.attempts), (State::Pending, 1));
+        assert_eq!((create.state, create.attempts), (State::Pending, 1));
         assert!(order_id_for_key(&world.pool, "alice", &key).is_some(), "the first send took effect");
         // Leased, not sent.
         assert!(!world.client.run_with_crash(&address, "after_claim").success());
@@ -410,6 +413,14 @@ fn client_commands_say_in_one_line_what_is_wrong_and_queue_nothing() {
             bare_client(&["cancel", "op:zero"], &[outbox, token]),
             "op:N",
         ),
+        (bare_client(&["cancel", "op:05"], &[outbox, token]), "op:N"),
+        (
+            bare_client(
+                &["update", "../../admin", "--quantity", "2"],
+                &[outbox, token],
+            ),
+            "neither an order id",
+        ),
     ] {
         let line = text(&output.stderr);
         assert!(!output.status.success(), "{line}");
@@ -489,7 +500,7 @@ fn sync_against_a_server_that_never_answers_gives_up_at_its_max_wait_and_keeps_e
     let mut outbox = client.outbox();
     for id in ops {
         let op = outbox.get(id).unwrap();
-        assert_eq!(op.state(), State::Pending, "{op:?}");
+        assert_eq!(op.state, State::Pending, "{op:?}");
         assert!(op.attempts <= 1, "sent after the deadline: {op:?}");
     }
 }

@@ -8,7 +8,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::drain::{SendError, Sender, Server};
-use super::outbox::{NewOperation, Operation, Outbox, OutboxError, Outcome, State, Target};
+use super::outbox::{NewOperation, Outbox, OutboxError, Outcome};
+use super::stored::{Operation, State, Target};
 
 /// `orders-api client [--server URL] [--token TOKEN] [--outbox PATH] COMMAND`
 #[derive(Debug, Clone, Args)]
@@ -108,6 +109,7 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
 }
 
+/// A number flag: its text, which is sent as it is (a JSON number).
 fn json_number(raw: &str) -> Result<serde_json::Number, String> {
     raw.trim()
         .parse()
@@ -223,7 +225,7 @@ fn sync(outbox: &mut Outbox, server: Server, max_wait: u64) -> Result<(), Client
     let mut sender = Sender::new(outbox, server)?;
     let drained = sender.drain(Duration::from_secs(max_wait), |outbox| {
         if terminal && let Ok(ops) = outbox.list() {
-            let count = |s: State| ops.iter().filter(|o| o.state() == s).count();
+            let count = |s: State| ops.iter().filter(|o| o.state == s).count();
             eprint!(
                 "\rsync: {} pending, {} done, {} failed   ",
                 count(State::Pending),
@@ -286,7 +288,7 @@ fn display_path(op: &Operation) -> String {
 
 fn answer_line(op: &Operation) -> String {
     let body = op.response_body.as_deref().unwrap_or_default();
-    match (op.state(), op.response_status) {
+    match (op.state, op.response_status) {
         (State::Pending, _) => match &op.last_error {
             Some(e) => format!("- ({} attempt(s); last: {e})", op.attempts),
             None => format!("- ({} attempt(s))", op.attempts),
@@ -309,7 +311,7 @@ fn operation_json(op: &Operation) -> Value {
     };
     json!({
         "id": op.id,
-        "state": op.state(),
+        "state": op.state,
         "method": op.method,
         "path": display_path(op),
         "target_op": op.target_op,

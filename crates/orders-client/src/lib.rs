@@ -5,6 +5,9 @@
 //! - [`outbox`]: [`Outbox::enqueue`] stores an operation with a fresh key and
 //!   fsyncs before it returns; [`Outbox::claim`] leases the next one that may
 //!   be sent; [`Outbox::record`] keeps its definitive answer;
+//! - [`stored`]: what the client reads back (an order id, an answer's
+//!   order, an outbox row), each into a type that holds only what the client
+//!   writes;
 //! - [`drain`]: [`Sender`] sends one operation once, or drains the outbox,
 //!   retrying with full-jitter backoff;
 //! - [`command`]: `orders-api client create|update|cancel|sync|status` (the server binary offers these commands by depending on this crate).
@@ -16,6 +19,8 @@ pub mod command;
 pub mod drain;
 pub mod outbox;
 mod schema;
+pub mod stored;
 
 pub use drain::{Drained, SendError, Sender, Server};
-pub use outbox::{NewOperation, Operation, Outbox, OutboxError, Outcome, State, Target};
+pub use outbox::{NewOperation, Outbox, OutboxError, Outcome};
+pub use stored::{Method, Operation, OrderId, State, Target};

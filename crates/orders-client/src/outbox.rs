@@ -16,7 +16,11 @@ use diesel::result::Error as DieselError;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use serde_json::Value;
 
-use super::schema::operations::{self, dsl as t};
+use super::schema::operation_orders::dsl as answered;
+use super::schema::operations::dsl as t;
+use super::stored::{
+    Method, OF_TARGET, ORDERS, Operation, Row, State, Target, Unreadable, answered_order,
+};
 
 const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -34,34 +38,8 @@ pub enum OutboxError {
     Migrate(String),
     #[error("there is no operation {0} in the outbox")]
     NoSuchOperation(i64),
-}
-
-/// Where an update or a cancel goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// An order id the server gave.
-    Order(String),
-    /// The order that queued operation N created (or answered with).
-    Operation(i64),
-}
-
-impl Target {
-    /// `op:N`, or else an order id.
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        let raw = raw.trim();
-        if let Some(n) = raw.strip_prefix("op:") {
-            return n
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .map(Self::Operation)
-                .ok_or_else(|| format!("'{raw}' is not op:N with N a positive operation id"));
-        }
-        if raw.is_empty() || !raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return Err(format!("'{raw}' is neither an order id nor op:N"));
-        }
-        Ok(Self::Order(raw.to_owned()))
-    }
+    #[error("outbox: {0}")]
+    Unreadable(#[from] Unreadable),
 }
 
 /// An operation on the orders API, as the caller asks for it.
@@ -75,75 +53,11 @@ pub enum NewOperation {
     Cancel { target: Target },
 }
 
-/// Where an operation stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    /// Not answered yet (maybe sent, maybe not): it will be sent, with its key.
-    Pending,
-    /// Answered `2xx`; never sent again.
-    Done,
-    /// Answered with a definitive `4xx` (or its target failed); never sent again.
-    Failed,
-}
-
-impl State {
-    fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Done => "done",
-            State::Failed => "failed",
-        }
-    }
-
-    fn parse(raw: &str) -> Self {
-        match raw {
-            "done" => State::Done,
-            "failed" => State::Failed,
-            _ => State::Pending,
-        }
-    }
-}
-
-/// One stored operation.
-#[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = operations, check_for_backend(diesel::sqlite::Sqlite))]
-pub struct Operation {
-    pub id: i64,
-    pub method: String,
-    pub path: String,
-    pub target_op: Option<i64>,
-    pub body: Option<String>,
-    pub idempotency_key: String,
-    pub resource: String,
-    pub state: String,
-    pub attempts: i32,
-    pub created_at: i64,
-    pub next_attempt_at: i64,
-    pub lease_owner: Option<String>,
-    pub lease_until: Option<i64>,
-    pub response_status: Option<i32>,
-    pub response_body: Option<String>,
-    pub last_error: Option<String>,
-}
-
-impl Operation {
-    pub fn state(&self) -> State {
-        State::parse(&self.state)
-    }
-
-    /// The order id this operation was answered with, if it was.
-    pub fn answered_order_id(&self) -> Option<String> {
-        let body: Value = serde_json::from_str(self.response_body.as_deref()?).ok()?;
-        body.get("id")?.as_str().map(str::to_owned)
-    }
-}
-
 /// An operation leased to one drainer, ready to send.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub id: i64,
-    pub method: String,
+    pub method: Method,
     /// With the target resolved.
     pub path: String,
     pub body: Option<String>,
@@ -306,8 +220,8 @@ impl Outbox {
             // once migrate it once.
             conn.immediate_transaction(|c| {
                 c.run_pending_migrations(MIGRATIONS)
-                    .map(|_| ())
-                    .map_err(|e| OutboxError::Migrate(e.to_string()))
+                    .map_err(|e| OutboxError::Migrate(e.to_string()))?;
+                record_answered_orders(c)
             })?;
         }
         Ok(Self {
@@ -332,17 +246,13 @@ impl Outbox {
         let now = now_millis();
         let key = uuid::Uuid::now_v7().to_string();
         self.conn.immediate_transaction(|c| {
-            let (method, path, target, body) = match operation {
-                NewOperation::Create { body } => {
-                    ("POST", "/v1/orders".to_owned(), None, Some(body))
-                }
-                NewOperation::Update { target, body } => {
-                    ("PATCH", String::new(), Some(target), Some(body))
-                }
-                NewOperation::Cancel { target } => ("DELETE", String::new(), Some(target), None),
+            let (method, target, body) = match operation {
+                NewOperation::Create { body } => (Method::Post, None, Some(body)),
+                NewOperation::Update { target, body } => (Method::Patch, Some(target), Some(body)),
+                NewOperation::Cancel { target } => (Method::Delete, Some(target), None),
             };
             let (path, target_op, resource) = match target {
-                None => (path, None, None),
+                None => (ORDERS.to_owned(), None, None),
                 Some(Target::Operation(n)) => {
                     let resource: String = t::operations
                         .find(n)
@@ -350,27 +260,25 @@ impl Outbox {
                         .first(c)
                         .optional()?
                         .ok_or(OutboxError::NoSuchOperation(n))?;
-                    ("/v1/orders/{order}".to_owned(), Some(n), Some(resource))
+                    (OF_TARGET.to_owned(), Some(n), Some(resource))
                 }
                 Some(Target::Order(id)) => {
                     // An order one of ours created keeps that create's
                     // resource, so its updates stay in one queue.
-                    let created_here: Option<String> = diesel::sql_query(
-                        "SELECT resource FROM operations WHERE state = 'done' \
-                         AND json_valid(response_body) \
-                         AND json_extract(response_body, '$.id') = ? ORDER BY id LIMIT 1",
-                    )
-                    .bind::<diesel::sql_types::Text, _>(&id)
-                    .get_result::<ResourceRow>(c)
-                    .optional()?
-                    .map(|r| r.resource);
+                    let created_here: Option<String> = t::operations
+                        .inner_join(answered::operation_orders)
+                        .filter(answered::order_id.eq(id.to_string()))
+                        .order(t::id)
+                        .select(t::resource)
+                        .first(c)
+                        .optional()?;
                     let resource = created_here.unwrap_or_else(|| format!("order:{id}"));
-                    (format!("/v1/orders/{id}"), None, Some(resource))
+                    (format!("{ORDERS}/{id}"), None, Some(resource))
                 }
             };
             let id: i64 = diesel::insert_into(t::operations)
                 .values((
-                    t::method.eq(method),
+                    t::method.eq(method.as_str()),
                     t::path.eq(&path),
                     t::target_op.eq(target_op),
                     t::body.eq(body.map(|b| b.to_string())),
@@ -387,17 +295,16 @@ impl Outbox {
                     .set(t::resource.eq(format!("op:{id}")))
                     .execute(c)?;
             }
-            Ok(t::operations
-                .find(id)
-                .select(Operation::as_select())
-                .first(c)?)
+            Ok(read_one(c, id)?.ok_or(OutboxError::NoSuchOperation(id))??)
         })
     }
 
     /// Leases the first operation that may be sent now to `drainer`:
     /// pending, due, not leased by a live drainer, and with no earlier
     /// pending operation on its resource. Its target is resolved from the
-    /// answer recorded for it; an operation whose target failed fails too.
+    /// order recorded for it; an operation whose target failed, answered no
+    /// order, or does not read back fails too, unsent. So does one that does
+    /// not read back itself: what it would send is not known.
     /// `only`: that operation or none.
     pub fn claim(
         &mut self,
@@ -407,7 +314,8 @@ impl Outbox {
         let lease = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
         self.conn.immediate_transaction(|c| {
             let now = now_millis();
-            let candidates: Vec<Operation> = t::operations
+            let candidates: Vec<(Row, Option<String>)> = t::operations
+                .left_join(answered::operation_orders)
                 .filter(t::state.eq(State::Pending.as_str()))
                 .filter(t::next_attempt_at.le(now))
                 .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(
@@ -415,12 +323,20 @@ impl Outbox {
                      AND e.id < operations.id AND e.state = 'pending')",
                 ))
                 .order(t::id)
-                .select(Operation::as_select())
+                .select((Row::as_select(), answered::order_id.nullable()))
                 .load(c)?;
-            for op in candidates {
-                if only.is_some_and(|id| id != op.id) {
+            for (row, order_id) in candidates {
+                if only.is_some_and(|id| id != row.id) {
                     continue;
                 }
+                let op = match Operation::read(row, order_id) {
+                    Ok(op) => op,
+                    Err(unreadable) => {
+                        let detail = unreadable.to_string();
+                        fail_unsent(c, unreadable.id, Unsent::Unreadable, &detail)?;
+                        continue;
+                    }
+                };
                 let free = match (&op.lease_owner, op.lease_until) {
                     (None, _) => true,
                     (Some(_), Some(until)) if until <= now => true,
@@ -431,37 +347,30 @@ impl Outbox {
                 }
                 let path = match op.target_op {
                     None => op.path.clone(),
-                    Some(n) => {
-                        let target: Operation = t::operations
-                            .find(n)
-                            .select(Operation::as_select())
-                            .first(c)?;
-                        match (target.state(), target.answered_order_id()) {
-                            (State::Done, Some(order)) => op.path.replace("{order}", &order),
-                            (state, _) => {
-                                // Not pending (it is earlier on the same
-                                // resource): it failed, or answered no order.
-                                let detail = format!(
+                    Some(n) => match read_one(c, n)? {
+                        Some(Ok(Operation {
+                            state: State::Done,
+                            order_id: Some(order),
+                            ..
+                        })) => format!("{ORDERS}/{order}"),
+                        // Not pending (it is earlier on the same resource).
+                        found => {
+                            let detail = match found {
+                                None => format!(
+                                    "operation {n}, whose order this one targets, is not in the outbox"
+                                ),
+                                Some(Err(unreadable)) => format!(
+                                    "operation {n}, whose order this one targets: {unreadable}"
+                                ),
+                                Some(Ok(target)) => format!(
                                     "operation {n}, whose order this one targets, is {} without an order",
-                                    state.as_str()
-                                );
-                                let problem = serde_json::json!({
-                                    "title": "Target operation failed",
-                                    "error": "TARGET_OPERATION_FAILED",
-                                    "detail": detail,
-                                });
-                                diesel::update(t::operations.find(op.id))
-                                    .set((
-                                        t::state.eq(State::Failed.as_str()),
-                                        t::response_body.eq(problem.to_string()),
-                                        t::lease_owner.eq(None::<String>),
-                                        t::lease_until.eq(None::<i64>),
-                                    ))
-                                    .execute(c)?;
-                                continue;
-                            }
+                                    target.state
+                                ),
+                            };
+                            fail_unsent(c, op.id, Unsent::TargetFailed, &detail)?;
+                            continue;
                         }
-                    }
+                    },
                 };
                 diesel::update(t::operations.find(op.id))
                     .set((
@@ -476,7 +385,7 @@ impl Outbox {
                     path,
                     body: op.body,
                     key: op.idempotency_key,
-                    attempts: u32::try_from(op.attempts).unwrap_or(0).saturating_add(1),
+                    attempts: op.attempts.saturating_add(1),
                 }));
             }
             Ok(None)
@@ -484,8 +393,9 @@ impl Outbox {
     }
 
     /// Records what one send of `claimed` came to: a definitive answer (once:
-    /// an operation already answered keeps its first answer), or a release
-    /// of the lease with the time of the next attempt.
+    /// an operation already answered keeps its first answer), with the order
+    /// a `2xx` answer names; or a release of the lease with the time of the
+    /// next attempt.
     pub fn record(
         &mut self,
         claimed: &Claimed,
@@ -496,12 +406,12 @@ impl Outbox {
         self.conn.immediate_transaction(|c| {
             match outcome {
                 Outcome::Answered { status, body } => {
-                    let state = if (200..300).contains(status) {
-                        State::Done
+                    let (state, order) = if (200..300).contains(status) {
+                        (State::Done, answered_order(body))
                     } else {
-                        State::Failed
+                        (State::Failed, None)
                     };
-                    diesel::update(
+                    let answered_now = diesel::update(
                         t::operations
                             .find(claimed.id)
                             .filter(t::state.eq(State::Pending.as_str())),
@@ -515,6 +425,9 @@ impl Outbox {
                         t::last_error.eq(None::<String>),
                     ))
                     .execute(c)?;
+                    if let (1, Some(order)) = (answered_now, order) {
+                        record_order(c, claimed.id, &order.to_string())?;
+                    }
                 }
                 Outcome::Retry { reason, after } => {
                     let after = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
@@ -538,19 +451,19 @@ impl Outbox {
 
     /// Every operation, in enqueue order.
     pub fn list(&mut self) -> Result<Vec<Operation>, OutboxError> {
-        Ok(t::operations
+        let rows: Vec<(Row, Option<String>)> = t::operations
+            .left_join(answered::operation_orders)
             .order(t::id)
-            .select(Operation::as_select())
-            .load(&mut self.conn)?)
+            .select((Row::as_select(), answered::order_id.nullable()))
+            .load(&mut self.conn)?;
+        Ok(rows
+            .into_iter()
+            .map(|(row, order_id)| Operation::read(row, order_id))
+            .collect::<Result<_, _>>()?)
     }
 
     pub fn get(&mut self, id: i64) -> Result<Operation, OutboxError> {
-        t::operations
-            .find(id)
-            .select(Operation::as_select())
-            .first(&mut self.conn)
-            .optional()?
-            .ok_or(OutboxError::NoSuchOperation(id))
+        Ok(read_one(&mut self.conn, id)?.ok_or(OutboxError::NoSuchOperation(id))??)
     }
 
     /// Pending operations, and when the earliest of them is due or its lease
@@ -569,10 +482,79 @@ impl Outbox {
     }
 }
 
-#[derive(QueryableByName)]
-struct ResourceRow {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    resource: String,
+/// Operation `id`, read back; `None` when there is none.
+fn read_one(
+    c: &mut SqliteConnection,
+    id: i64,
+) -> Result<Option<Result<Operation, Unreadable>>, DieselError> {
+    Ok(t::operations
+        .left_join(answered::operation_orders)
+        .filter(t::id.eq(id))
+        .select((Row::as_select(), answered::order_id.nullable()))
+        .first(c)
+        .optional()?
+        .map(|(row, order_id)| Operation::read(row, order_id)))
+}
+
+/// Records the order operation `id` was answered with.
+fn record_order(c: &mut SqliteConnection, id: i64, order: &str) -> Result<(), DieselError> {
+    diesel::insert_into(answered::operation_orders)
+        .values((answered::operation_id.eq(id), answered::order_id.eq(order)))
+        .execute(c)?;
+    Ok(())
+}
+
+/// Why a pending operation is settled as failed without being sent.
+#[derive(Debug, Clone, Copy)]
+enum Unsent {
+    /// The operation whose order it targets failed, answered no order, or
+    /// does not read back.
+    TargetFailed,
+    /// It does not read back itself.
+    Unreadable,
+}
+
+/// Settles pending operation `id` as failed without sending it, with a
+/// problem body saying why.
+fn fail_unsent(
+    c: &mut SqliteConnection,
+    id: i64,
+    why: Unsent,
+    detail: &str,
+) -> Result<(), DieselError> {
+    let (title, error) = match why {
+        Unsent::TargetFailed => ("Target operation failed", "TARGET_OPERATION_FAILED"),
+        Unsent::Unreadable => ("Operation unreadable", "OPERATION_UNREADABLE"),
+    };
+    let problem = serde_json::json!({ "title": title, "error": error, "detail": detail });
+    diesel::update(t::operations.find(id))
+        .set((
+            t::state.eq(State::Failed.as_str()),
+            t::response_body.eq(problem.to_string()),
+            t::lease_owner.eq(None::<String>),
+            t::lease_until.eq(None::<i64>),
+        ))
+        .execute(c)?;
+    Ok(())
+}
+
+/// Records the order of done operations answered before the outbox had
+/// `operation_orders`, read with the reader `record` uses. Run with the
+/// migrations, in their transaction; an operation answered with no order
+/// keeps none.
+fn record_answered_orders(c: &mut SqliteConnection) -> Result<(), OutboxError> {
+    let answered: Vec<(i64, Option<String>)> = t::operations
+        .left_join(answered::operation_orders)
+        .filter(t::state.eq(State::Done.as_str()))
+        .filter(answered::operation_id.nullable().is_null())
+        .select((t::id, t::response_body))
+        .load(c)?;
+    for (id, body) in answered {
+        if let Some(order) = body.as_deref().and_then(answered_order) {
+            record_order(c, id, &order.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 /// Now, in Unix milliseconds.
@@ -605,6 +587,17 @@ mod tests {
         (Files(path.clone()), Outbox::open(&path).unwrap())
     }
 
+    /// Changes the outbox file behind the client's back, as another program
+    /// (or a damaged disk) might.
+    fn tamper(outbox: &Outbox, sql: &str) {
+        let mut conn = SqliteConnection::establish(outbox.path().to_str().unwrap()).unwrap();
+        conn.batch_execute(sql).unwrap();
+    }
+
+    fn problem(op: &Operation) -> Value {
+        serde_json::from_str(op.response_body.as_deref().unwrap()).unwrap()
+    }
+
     fn create(outbox: &mut Outbox) -> Operation {
         outbox
             .enqueue(NewOperation::Create {
@@ -612,6 +605,9 @@ mod tests {
             })
             .unwrap()
     }
+
+    const ORDER: &str = "0193a5b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b";
+    const OTHER_ORDER: &str = "0193a5b2-7c4d-7e8f-9a0b-000000000002";
 
     fn answer(order: &str) -> Outcome {
         Outcome::Answered {
@@ -621,26 +617,13 @@ mod tests {
     }
 
     #[test]
-    fn targets_are_an_order_id_or_op_n() {
-        assert_eq!(Target::parse("op:17"), Ok(Target::Operation(17)));
-        assert_eq!(
-            Target::parse("0193ab-cd"),
-            Ok(Target::Order("0193ab-cd".into()))
-        );
-        assert!(Target::parse("op:0").is_err());
-        assert!(Target::parse("op:x").is_err());
-        assert!(Target::parse("../x").is_err());
-        assert!(Target::parse("").is_err());
-    }
-
-    #[test]
     fn each_operation_gets_its_own_key_and_a_create_its_own_resource() {
         let (_files, mut outbox) = outbox();
         let a = create(&mut outbox);
         let b = create(&mut outbox);
         assert_ne!(a.idempotency_key, b.idempotency_key);
         assert_eq!((a.resource.as_str(), b.resource.as_str()), ("op:1", "op:2"));
-        assert_eq!(a.state(), State::Pending);
+        assert_eq!(a.state, State::Pending);
     }
 
     #[test]
@@ -662,10 +645,10 @@ mod tests {
             outbox.claim(&drainer, None).unwrap().is_none(),
             "the update waits"
         );
-        outbox.record(&first, &drainer, &answer("abc")).unwrap();
+        outbox.record(&first, &drainer, &answer(ORDER)).unwrap();
 
         let second = outbox.claim(&drainer, None).unwrap().unwrap();
-        assert_eq!((second.id, second.path.as_str()), (2, "/v1/orders/abc"));
+        assert_eq!((second.id, second.path), (2, format!("/v1/orders/{ORDER}")));
     }
 
     #[test]
@@ -690,13 +673,13 @@ mod tests {
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
         let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
-        outbox.record(&claimed, &drainer, &answer("first")).unwrap();
+        outbox.record(&claimed, &drainer, &answer(ORDER)).unwrap();
         outbox
-            .record(&claimed, &drainer, &answer("second"))
+            .record(&claimed, &drainer, &answer(OTHER_ORDER))
             .unwrap();
         assert_eq!(
-            outbox.get(1).unwrap().answered_order_id().as_deref(),
-            Some("first")
+            outbox.get(1).unwrap().order_id.map(|o| o.to_string()),
+            Some(ORDER.to_owned())
         );
         assert!(outbox.claim(&drainer, None).unwrap().is_none());
     }
@@ -718,12 +701,7 @@ mod tests {
         };
         outbox.record(&claimed, &drainer, &refused).unwrap();
         assert!(outbox.claim(&drainer, None).unwrap().is_none());
-        let states: Vec<State> = outbox
-            .list()
-            .unwrap()
-            .iter()
-            .map(Operation::state)
-            .collect();
+        let states: Vec<State> = outbox.list().unwrap().iter().map(|o| o.state).collect();
         assert_eq!(states, vec![State::Failed, State::Failed]);
         let cancel = outbox.get(2).unwrap();
         assert_eq!(cancel.attempts, 0, "never sent");
@@ -734,5 +712,160 @@ mod tests {
             problem["detail"].as_str().unwrap().contains("is failed"),
             "{problem}"
         );
+    }
+
+    #[test]
+    fn an_answer_whose_id_is_not_an_order_id_fails_the_operations_on_it_unsent() {
+        let (_files, mut outbox) = outbox();
+        let drainer = outbox.drainer().unwrap();
+        create(&mut outbox);
+        outbox
+            .enqueue(NewOperation::Update {
+                target: Target::Operation(1),
+                body: serde_json::json!({"quantity": 2}),
+            })
+            .unwrap();
+        let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
+        // Pasted into the update's path, this id sent it to another route.
+        outbox
+            .record(&claimed, &drainer, &answer("../../admin"))
+            .unwrap();
+
+        assert!(outbox.claim(&drainer, None).unwrap().is_none());
+        let update = outbox.get(2).unwrap();
+        assert_eq!((update.state, update.attempts), (State::Failed, 0));
+        assert_eq!(problem(&update)["error"], "TARGET_OPERATION_FAILED");
+        assert!(
+            problem(&update)["detail"]
+                .as_str()
+                .unwrap()
+                .contains("is done without an order"),
+            "{update:?}"
+        );
+    }
+
+    #[test]
+    fn an_answer_with_two_ids_names_no_order_and_no_update_of_either_joins_its_queue() {
+        let (_files, mut outbox) = outbox();
+        let drainer = outbox.drainer().unwrap();
+        create(&mut outbox);
+        let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
+        let two_ids = Outcome::Answered {
+            status: 201,
+            body: format!(r#"{{"id":"{ORDER}","id":"{OTHER_ORDER}"}}"#),
+        };
+        outbox.record(&claimed, &drainer, &two_ids).unwrap();
+        assert_eq!(outbox.get(1).unwrap().order_id, None);
+
+        // The update looked the order up with SQLite's json_extract (the
+        // first id), its target with serde_json (the last one).
+        for order in [ORDER, OTHER_ORDER] {
+            let update = outbox
+                .enqueue(NewOperation::Update {
+                    target: Target::parse(order).unwrap(),
+                    body: serde_json::json!({"quantity": 2}),
+                })
+                .unwrap();
+            assert_eq!(update.resource, format!("order:{order}"));
+        }
+    }
+
+    #[test]
+    fn an_operation_changed_outside_the_client_fails_unsent_and_the_others_are_still_sent() {
+        let (_files, mut outbox) = outbox();
+        let drainer = outbox.drainer().unwrap();
+        create(&mut outbox);
+        create(&mut outbox);
+        tamper(
+            &outbox,
+            "UPDATE operations SET method = 'PATCH', path = '/v1/orders/../../admin' WHERE id = 1",
+        );
+
+        let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
+        assert_eq!(claimed.id, 2);
+        let changed = outbox.get(1);
+        assert!(
+            matches!(changed, Err(OutboxError::Unreadable(ref u)) if u.id == 1),
+            "{changed:?}"
+        );
+        tamper(
+            &outbox,
+            "UPDATE operations SET method = 'POST', path = '/v1/orders' WHERE id = 1",
+        );
+        let failed = outbox.get(1).unwrap();
+        assert_eq!((failed.state, failed.attempts), (State::Failed, 0));
+        assert_eq!(problem(&failed)["error"], "OPERATION_UNREADABLE");
+        assert!(
+            problem(&failed)["detail"]
+                .as_str()
+                .unwrap()
+                .contains("../../admin"),
+            "{failed:?}"
+        );
+    }
+
+    #[test]
+    fn a_target_gone_from_the_outbox_fails_the_operation_on_it_and_not_the_claim() {
+        let (_files, mut outbox) = outbox();
+        let drainer = outbox.drainer().unwrap();
+        create(&mut outbox);
+        outbox
+            .enqueue(NewOperation::Cancel {
+                target: Target::Operation(1),
+            })
+            .unwrap();
+        tamper(
+            &outbox,
+            "PRAGMA foreign_keys = OFF; DELETE FROM operations WHERE id = 1;",
+        );
+
+        assert!(outbox.claim(&drainer, None).unwrap().is_none());
+        let cancel = outbox.get(2).unwrap();
+        assert_eq!((cancel.state, cancel.attempts), (State::Failed, 0));
+        assert!(
+            problem(&cancel)["detail"]
+                .as_str()
+                .unwrap()
+                .contains("is not in the outbox"),
+            "{cancel:?}"
+        );
+    }
+
+    #[test]
+    fn an_outbox_answered_before_operation_orders_existed_reads_each_order_from_its_answer() {
+        let (files, mut outbox) = outbox();
+        let drainer = outbox.drainer().unwrap();
+        create(&mut outbox);
+        create(&mut outbox);
+        let first = outbox.claim(&drainer, None).unwrap().unwrap();
+        outbox.record(&first, &drainer, &answer(ORDER)).unwrap();
+        let second = outbox.claim(&drainer, None).unwrap().unwrap();
+        outbox
+            .record(&second, &drainer, &answer("../../admin"))
+            .unwrap();
+        // The outbox as the client left it before `operation_orders`.
+        tamper(
+            &outbox,
+            "DROP TABLE operation_orders;
+             DELETE FROM __diesel_schema_migrations
+             WHERE version = (SELECT max(version) FROM __diesel_schema_migrations);",
+        );
+        drop((drainer, outbox));
+
+        let mut outbox = Outbox::open(&files.0).unwrap();
+        let orders: Vec<Option<String>> = outbox
+            .list()
+            .unwrap()
+            .iter()
+            .map(|o| o.order_id.map(|o| o.to_string()))
+            .collect();
+        assert_eq!(orders, vec![Some(ORDER.to_owned()), None]);
+        let update = outbox
+            .enqueue(NewOperation::Update {
+                target: Target::parse(ORDER).unwrap(),
+                body: serde_json::json!({"quantity": 2}),
+            })
+            .unwrap();
+        assert_eq!(update.resource, "op:1", "it joins its create's queue");
     }
 }

@@ -1,4 +1,4 @@
-//! The outbox's one table (`migrations/`).
+//! The outbox's tables (`migrations/`).
 
 diesel::table! {
     operations (id) {
@@ -20,3 +20,13 @@ diesel::table! {
         last_error -> Nullable<Text>,
     }
 }
+
+diesel::table! {
+    operation_orders (operation_id) {
+        operation_id -> BigInt,
+        order_id -> Text,
+    }
+}
+
+diesel::joinable!(operation_orders -> operations (operation_id));
+diesel::allow_tables_to_appear_in_same_query!(operations, operation_orders);
