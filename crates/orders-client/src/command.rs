@@ -110,7 +110,7 @@ pub enum ClientError {
 }
 
 /// A number flag: its text, which is sent as it is (a JSON number).
-fn json_number(raw: &str) -> Result<serde_json::Number, String> {
+pub(crate) fn json_number(raw: &str) -> Result<serde_json::Number, String> {
     raw.trim()
         .parse()
         .map_err(|_| format!("'{raw}' is not a number"))

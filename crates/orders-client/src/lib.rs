@@ -17,6 +17,8 @@
 
 pub mod command;
 pub mod drain;
+#[doc(hidden)]
+pub mod invariants;
 pub mod outbox;
 mod schema;
 pub mod stored;

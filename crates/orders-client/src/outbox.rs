@@ -868,4 +868,29 @@ mod tests {
             .unwrap();
         assert_eq!(update.resource, "op:1", "it joins its create's queue");
     }
+
+    #[test]
+    fn a_lease_owner_changed_to_a_path_fails_its_operation_and_no_drainer_touches_that_file() {
+        let (files, mut outbox) = outbox();
+        let drainer = outbox.drainer().unwrap();
+        create(&mut outbox);
+        // A drainer's liveness check opens, locks and removes
+        // `<outbox>.drainers/<owner>.lock`: with this owner, a file outside.
+        let victim = files.0.with_extension("victim.lock");
+        std::fs::write(&victim, "keep me").unwrap();
+        let owner = format!("../{}", victim.file_stem().unwrap().to_str().unwrap());
+        tamper(
+            &outbox,
+            &format!(
+                "UPDATE operations SET lease_owner = '{owner}', lease_until = 9223372036854775807"
+            ),
+        );
+
+        assert!(outbox.claim(&drainer, None).unwrap().is_none());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        std::fs::remove_file(&victim).unwrap();
+        let failed = outbox.get(1).unwrap();
+        assert_eq!((failed.state, failed.attempts), (State::Failed, 0));
+        assert_eq!(problem(&failed)["error"], "OPERATION_UNREADABLE");
+    }
 }

@@ -40,6 +40,19 @@ impl fmt::Display for OrderId {
     }
 }
 
+/// Whether `raw` is a UUID as the outbox writes one: hyphenated (an
+/// operation's key) or simple (a drainer's id), in lowercase.
+fn is_written_uuid(raw: &str, hyphenated: bool) -> bool {
+    uuid::Uuid::try_parse(raw).is_ok_and(|u| {
+        let written = if hyphenated {
+            u.hyphenated().to_string()
+        } else {
+            u.simple().to_string()
+        };
+        written == raw
+    })
+}
+
 /// Where an update or a cancel goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -228,8 +241,8 @@ impl Operation {
     /// Reads `row` and the order recorded for it, checking each value
     /// against what the client writes: the method, the state, the path (a
     /// create's, a known order's, or one waiting for an earlier operation's
-    /// order), the attempts, the status, and the order (a done operation's,
-    /// in the stored form).
+    /// order), the key, the lease's owner, the attempts, the status, and the
+    /// order (a done operation's, in the stored form).
     pub fn read(row: Row, order_id: Option<String>) -> Result<Self, Unreadable> {
         let id = row.id;
         let fail = |why: String| Unreadable { id, why };
@@ -259,6 +272,20 @@ impl Operation {
                 "{method} {:?} (target {:?}) is not a request it makes",
                 row.path, row.target_op
             )));
+        }
+        // The key goes into a header, a lease owner into a file name.
+        if !is_written_uuid(&row.idempotency_key, true) {
+            return Err(fail(format!(
+                "key {:?} is not one it makes",
+                row.idempotency_key
+            )));
+        }
+        if let Some(owner) = row
+            .lease_owner
+            .as_deref()
+            .filter(|o| !is_written_uuid(o, false))
+        {
+            return Err(fail(format!("lease owner {owner:?} is not a drainer id")));
         }
         let attempts =
             u32::try_from(row.attempts).map_err(|_| fail(format!("{} attempts", row.attempts)))?;
@@ -314,7 +341,7 @@ mod tests {
             path: ORDERS.into(),
             target_op: None,
             body: Some("{}".into()),
-            idempotency_key: "k".into(),
+            idempotency_key: "0193a5b2-0000-7000-8000-000000000001".into(),
             resource: "op:2".into(),
             state: "pending".into(),
             attempts: 0,
@@ -479,5 +506,29 @@ mod tests {
         done.state = "done".into();
         assert!(refusal(done.clone(), Some(&ORDER.to_uppercase())).contains("not one it stores"));
         assert!(refusal(done, Some("../../x")).contains("not one it stores"));
+    }
+
+    #[test]
+    fn a_row_whose_key_or_lease_owner_the_outbox_never_writes_does_not_read_back() {
+        let row = |key: &str, owner: Option<&str>| Row {
+            idempotency_key: key.into(),
+            lease_owner: owner.map(str::to_owned),
+            ..create_row()
+        };
+        let key = "0193a5b2-0000-7000-8000-000000000001";
+        let owner = "0193a5b200007000800000000000000a";
+        assert!(Operation::read(row(key, Some(owner)), None).is_ok());
+        for (key, owner) in [
+            ("k", None),
+            ("0193A5B2-0000-7000-8000-000000000001", None),
+            ("0193a5b2-0000-7000-8000-000000000001\r\nX-Evil: 1", None),
+            (key, Some("../../victim")),
+            (key, Some(key)),
+        ] {
+            assert!(
+                Operation::read(row(key, owner), None).is_err(),
+                "{key:?} {owner:?}"
+            );
+        }
     }
 }
