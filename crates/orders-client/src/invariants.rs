@@ -401,8 +401,7 @@ mod tests {
 
     #[test]
     fn the_row_text_format_reads_a_create_as_the_outbox_writes_it() {
-        let text =
-            "1\nPOST\n/v1/orders\n\\N\n{}\n0193a5b2-0000-7000-8000-000000000001\nop:1\npending\n0\n5\n5\n\\N\n\\N\n\\N\n\\N\n\\N\n\\N";
+        let text = "1\nPOST\n/v1/orders\n\\N\n{}\n0193a5b2-0000-7000-8000-000000000001\nop:1\npending\n0\n5\n5\n\\N\n\\N\n\\N\n\\N\n\\N\n\\N";
         let (row, order) = decode_row(text).unwrap();
         assert!(written_by_the_outbox(&row, order.as_deref()));
         check_row(text);
