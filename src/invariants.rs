@@ -351,30 +351,9 @@ pub fn check_cursor(text: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use orders_client::invariants::replay;
 
-    /// Every committed input of `fuzz/corpus/<target>` (minimised by
-    /// `cargo fuzz cmin`) and `fuzz/seeds/<target>` (the hand-written
-    /// cases the fuzzer started from) through the target's check, so the
-    /// stable toolchain keeps replaying what the fuzzer found.
-    fn replay(target: &str, check: impl Fn(&[u8])) {
-        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-        let mut count = 0;
-        for dir in [
-            fuzz.join("corpus").join(target),
-            fuzz.join("seeds").join(target),
-        ] {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                let bytes = std::fs::read(&path).unwrap();
-                let outcome =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&bytes)));
-                assert!(outcome.is_ok(), "{} breaks its invariant", path.display());
-                count += 1;
-            }
-        }
-        assert!(count > 1, "no corpus for {target}");
-    }
+    use super::*;
 
     fn text(check: fn(&str)) -> impl Fn(&[u8]) {
         move |bytes| {

@@ -598,6 +598,19 @@ mod tests {
         serde_json::from_str(op.response_body.as_deref().unwrap()).unwrap()
     }
 
+    /// Operation `id` failed without being sent, with the local problem
+    /// `error` whose detail says `why`.
+    fn assert_failed_unsent(outbox: &mut Outbox, id: i64, error: &str, why: &str) {
+        let op = outbox.get(id).unwrap();
+        assert_eq!((op.state, op.attempts), (State::Failed, 0), "{op:?}");
+        let problem = problem(&op);
+        assert_eq!(problem["error"], error, "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(why),
+            "{problem}"
+        );
+    }
+
     fn create(outbox: &mut Outbox) -> Operation {
         outbox
             .enqueue(NewOperation::Create {
@@ -703,15 +716,7 @@ mod tests {
         assert!(outbox.claim(&drainer, None).unwrap().is_none());
         let states: Vec<State> = outbox.list().unwrap().iter().map(|o| o.state).collect();
         assert_eq!(states, vec![State::Failed, State::Failed]);
-        let cancel = outbox.get(2).unwrap();
-        assert_eq!(cancel.attempts, 0, "never sent");
-        let problem: Value =
-            serde_json::from_str(cancel.response_body.as_deref().unwrap()).unwrap();
-        assert_eq!(problem["error"], "TARGET_OPERATION_FAILED");
-        assert!(
-            problem["detail"].as_str().unwrap().contains("is failed"),
-            "{problem}"
-        );
+        assert_failed_unsent(&mut outbox, 2, "TARGET_OPERATION_FAILED", "is failed");
     }
 
     #[test]
@@ -732,15 +737,11 @@ mod tests {
             .unwrap();
 
         assert!(outbox.claim(&drainer, None).unwrap().is_none());
-        let update = outbox.get(2).unwrap();
-        assert_eq!((update.state, update.attempts), (State::Failed, 0));
-        assert_eq!(problem(&update)["error"], "TARGET_OPERATION_FAILED");
-        assert!(
-            problem(&update)["detail"]
-                .as_str()
-                .unwrap()
-                .contains("is done without an order"),
-            "{update:?}"
+        assert_failed_unsent(
+            &mut outbox,
+            2,
+            "TARGET_OPERATION_FAILED",
+            "is done without an order",
         );
     }
 
@@ -792,16 +793,7 @@ mod tests {
             &outbox,
             "UPDATE operations SET method = 'POST', path = '/v1/orders' WHERE id = 1",
         );
-        let failed = outbox.get(1).unwrap();
-        assert_eq!((failed.state, failed.attempts), (State::Failed, 0));
-        assert_eq!(problem(&failed)["error"], "OPERATION_UNREADABLE");
-        assert!(
-            problem(&failed)["detail"]
-                .as_str()
-                .unwrap()
-                .contains("../../admin"),
-            "{failed:?}"
-        );
+        assert_failed_unsent(&mut outbox, 1, "OPERATION_UNREADABLE", "../../admin");
     }
 
     #[test]
@@ -820,14 +812,11 @@ mod tests {
         );
 
         assert!(outbox.claim(&drainer, None).unwrap().is_none());
-        let cancel = outbox.get(2).unwrap();
-        assert_eq!((cancel.state, cancel.attempts), (State::Failed, 0));
-        assert!(
-            problem(&cancel)["detail"]
-                .as_str()
-                .unwrap()
-                .contains("is not in the outbox"),
-            "{cancel:?}"
+        assert_failed_unsent(
+            &mut outbox,
+            2,
+            "TARGET_OPERATION_FAILED",
+            "is not in the outbox",
         );
     }
 
@@ -889,8 +878,6 @@ mod tests {
         assert!(outbox.claim(&drainer, None).unwrap().is_none());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
         std::fs::remove_file(&victim).unwrap();
-        let failed = outbox.get(1).unwrap();
-        assert_eq!((failed.state, failed.attempts), (State::Failed, 0));
-        assert_eq!(problem(&failed)["error"], "OPERATION_UNREADABLE");
+        assert_failed_unsent(&mut outbox, 1, "OPERATION_UNREADABLE", "lease owner");
     }
 }
