@@ -393,6 +393,63 @@ fn bare_client(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
 }
 
 #[test]
+fn status_shows_every_operation_and_names_one_whose_row_was_changed_outside_the_client() {
+    let file = TempOutbox::new();
+    let outbox = ("ORDERS_OUTBOX", file.path.as_os_str());
+    let token = ("ORDERS_API_TOKEN", std::ffi::OsStr::new("oa_x"));
+    let nowhere = ("ORDERS_API_URL", std::ffi::OsStr::new("http://127.0.0.1:9"));
+    let create = ["create", "--item", "W", "--quantity", "1", "--price", "1"];
+    for _ in 0..2 {
+        let queued = bare_client(&create, &[outbox, token, nowhere]);
+        assert!(queued.status.success(), "{}", text(&queued.stderr));
+    }
+    {
+        use diesel::connection::SimpleConnection;
+        use diesel::prelude::*;
+        let mut conn = SqliteConnection::establish(file.path.to_str().unwrap()).unwrap();
+        conn.batch_execute(
+            "UPDATE operations SET idempotency_key = 'k' || char(13) || 'X: 1' WHERE id = 1",
+        )
+        .unwrap();
+    }
+
+    let status = bare_client(&["status", "--json"], &[outbox]);
+    assert!(!status.status.success());
+    let line = text(&status.stderr);
+    assert_eq!(line.trim().lines().count(), 1, "{line}");
+    assert!(
+        line.contains("1 operation(s) of the outbox do not read back"),
+        "{line}"
+    );
+    let ops: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(ops[0]["id"], 1, "{ops}");
+    assert!(
+        ops[0]["unreadable"].as_str().unwrap().contains("key"),
+        "{ops}"
+    );
+    assert_eq!(
+        (ops[1]["id"].clone(), ops[1]["state"].clone()),
+        (json!(2), json!("pending")),
+        "{ops}"
+    );
+
+    let table = bare_client(&["status"], &[outbox]);
+    let table = text(&table.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("op:1") && l.contains("unreadable")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("op:2") && l.contains("pending")),
+        "{table}"
+    );
+}
+
+#[test]
 fn client_commands_say_in_one_line_what_is_wrong_and_queue_nothing() {
     let file = TempOutbox::new();
     let outbox = ("ORDERS_OUTBOX", file.path.as_os_str());

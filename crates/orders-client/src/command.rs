@@ -105,6 +105,10 @@ pub enum ClientError {
         waited: u64,
         last: String,
     },
+    #[error(
+        "{count} operation(s) of the outbox do not read back (shown as unreadable): something other than this client changed it"
+    )]
+    Unreadable { count: usize },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -250,32 +254,55 @@ fn sync(outbox: &mut Outbox, server: Server, max_wait: u64) -> Result<(), Client
     Ok(())
 }
 
+/// Every row, a row that does not read back included (with why); then an
+/// error when there was one.
 fn status(outbox: &mut Outbox, as_json: bool) -> Result<(), ClientError> {
-    let ops = outbox.list()?;
+    let ops = outbox.list_with_unreadable()?;
     let mut out = std::io::stdout().lock();
     if as_json {
-        let ops: Vec<Value> = ops.iter().map(operation_json).collect();
+        let ops: Vec<Value> = ops
+            .iter()
+            .map(|op| match op {
+                Ok(op) => operation_json(op),
+                Err(unreadable) => json!({ "id": unreadable.id, "unreadable": unreadable.why }),
+            })
+            .collect();
         writeln!(out, "{}", Value::Array(ops))?;
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "{:<7} {:<8} {:<7} {:<22} {:<37} ANSWER",
-        "OP", "STATE", "METHOD", "PATH", "KEY"
-    )?;
-    for op in &ops {
+    } else {
         writeln!(
             out,
-            "{:<7} {:<8} {:<7} {:<22} {:<37} {}",
-            format!("op:{}", op.id),
-            op.state,
-            op.method,
-            display_path(op),
-            op.idempotency_key,
-            answer_line(op)
+            "{:<7} {:<8} {:<7} {:<22} {:<37} ANSWER",
+            "OP", "STATE", "METHOD", "PATH", "KEY"
         )?;
+        for op in &ops {
+            match op {
+                Ok(op) => writeln!(
+                    out,
+                    "{:<7} {:<8} {:<7} {:<22} {:<37} {}",
+                    format!("op:{}", op.id),
+                    op.state,
+                    op.method,
+                    display_path(op),
+                    op.idempotency_key,
+                    answer_line(op)
+                )?,
+                Err(unreadable) => writeln!(
+                    out,
+                    "{:<7} {:<8} {:<7} {:<22} {:<37} {}",
+                    format!("op:{}", unreadable.id),
+                    "unreadable",
+                    "-",
+                    "-",
+                    "-",
+                    unreadable.why
+                )?,
+            }
+        }
     }
-    Ok(())
+    match ops.iter().filter(|op| op.is_err()).count() {
+        0 => Ok(()),
+        count => Err(ClientError::Unreadable { count }),
+    }
 }
 
 /// The path, with an unresolved target shown as `op:N`.

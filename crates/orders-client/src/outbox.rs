@@ -449,8 +449,19 @@ impl Outbox {
         })
     }
 
-    /// Every operation, in enqueue order.
+    /// Every operation, in enqueue order; an error names the first row
+    /// that does not read back.
     pub fn list(&mut self) -> Result<Vec<Operation>, OutboxError> {
+        Ok(self
+            .list_with_unreadable()?
+            .into_iter()
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Every row in enqueue order, read back, or why it does not.
+    pub fn list_with_unreadable(
+        &mut self,
+    ) -> Result<Vec<Result<Operation, Unreadable>>, OutboxError> {
         let rows: Vec<(Row, Option<String>)> = t::operations
             .left_join(answered::operation_orders)
             .order(t::id)
@@ -459,7 +470,7 @@ impl Outbox {
         Ok(rows
             .into_iter()
             .map(|(row, order_id)| Operation::read(row, order_id))
-            .collect::<Result<_, _>>()?)
+            .collect())
     }
 
     pub fn get(&mut self, id: i64) -> Result<Operation, OutboxError> {
