@@ -5,7 +5,7 @@
 //! achieve something, a deviation where it only changes an answer.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use orders_api::db::Backend;
+use orders_atk::wire::Message;
 use orders_atk::{self as atk, Verdict};
 use serde_json::Value;
 
@@ -102,90 +103,11 @@ impl Drop for BrokenFront {
     }
 }
 
-/// An HTTP/1.1 message: the first line, the headers, the body.
-struct Message {
-    start: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Message {
-    fn read(stream: &mut impl BufRead) -> Option<Self> {
-        let mut start = String::new();
-        stream.read_line(&mut start).ok()?;
-        if start.trim().is_empty() {
-            return None;
-        }
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            stream.read_line(&mut line).ok()?;
-            let line = line.trim_end_matches(['\r', '\n']);
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':')?;
-            headers.push((name.to_owned(), value.trim().to_owned()));
-        }
-        let mut message = Self {
-            start: start.trim_end().to_owned(),
-            headers,
-            body: Vec::new(),
-        };
-        assert!(
-            message.header("transfer-encoding").is_none(),
-            "the front reads Content-Length bodies only"
-        );
-        let length = message
-            .header("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        message.body = vec![0; length];
-        stream.read_exact(&mut message.body).ok()?;
-        Some(message)
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn set_header(&mut self, name: &str, value: &str) {
-        self.remove_header(name);
-        self.headers.push((name.to_owned(), value.to_owned()));
-    }
-
-    fn remove_header(&mut self, name: &str) {
-        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-    }
-
-    fn status(&self) -> u16 {
-        self.start
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn set_status(&mut self, status: u16) {
-        self.start = format!("HTTP/1.1 {status} Rewritten");
-    }
-
-    /// The message on the wire, with `Connection: close` and its length.
-    fn bytes(mut self) -> Vec<u8> {
-        self.set_header("Connection", "close");
-        self.set_header("Content-Length", &self.body.len().to_string());
-        let mut out = format!("{}\r\n", self.start);
-        for (name, value) in &self.headers {
-            out.push_str(&format!("{name}: {value}\r\n"));
-        }
-        out.push_str("\r\n");
-        let mut bytes = out.into_bytes();
-        bytes.extend_from_slice(&self.body);
-        bytes
-    }
+/// `message` as it goes on the wire, with `Connection: close`: one
+/// request per connection.
+fn closing(mut message: Message) -> Vec<u8> {
+    message.set_header("Connection", "close");
+    message.to_bytes()
 }
 
 /// One request per connection: read it, break it, forward it, break the
@@ -224,7 +146,7 @@ fn serve(client: TcpStream, shared: &Shared) {
     }
 
     let mut upstream = TcpStream::connect(&shared.upstream).expect("connect to the server");
-    upstream.write_all(&request.bytes()).expect("forward");
+    upstream.write_all(&closing(request)).expect("forward");
     let mut answer =
         Message::read(&mut BufReader::new(&mut upstream)).expect("the server answered");
 
@@ -254,7 +176,7 @@ fn serve(client: TcpStream, shared: &Shared) {
         _ => {}
     }
     let mut client = client;
-    let _ = client.write_all(&answer.bytes());
+    let _ = client.write_all(&closing(answer));
     let _ = client.flush();
 }
 

@@ -5,12 +5,14 @@
 #![allow(dead_code)] // each test module uses a different part
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use orders_atk::wire::Message;
 
 /// What the front does with one request.
 #[derive(Clone, Debug)]
@@ -143,45 +145,14 @@ impl Drop for Proxy {
     }
 }
 
-/// Reads one HTTP/1.1 message (head, then a `Content-Length` body); `None`
-/// when the peer went away first.
-fn read_message(stream: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if stream.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        head.push_str(&line);
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let length = header(&head, "content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    stream.read_exact(&mut body).ok()?;
-    Some((head, body))
-}
-
-/// The value of header `name` in a message head.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        l.split_once(':')
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim())
-    })
-}
-
 fn serve(client: TcpStream, upstream: &str, step: Step, seen: &Mutex<Seen>, cut: &AtomicUsize) {
     let Ok(reader) = client.try_clone() else {
         return;
     };
-    let Some((head, body)) = read_message(&mut BufReader::new(reader)) else {
+    let Some(request) = Message::read(&mut BufReader::new(reader)) else {
         return;
     };
-    let key = header(&head, "idempotency-key").map(str::to_owned);
+    let key = request.header("idempotency-key").map(str::to_owned);
     if let Some(key) = &key {
         let mut seen = seen.lock().unwrap();
         seen.keys.push(key.clone());
@@ -191,7 +162,7 @@ fn serve(client: TcpStream, upstream: &str, step: Step, seen: &Mutex<Seen>, cut:
     }
     let answer = match &step {
         Step::Answer(raw) => Some(raw.as_bytes().to_vec()),
-        Step::Forward | Step::ForwardThenCut => forward(upstream, &head, &body),
+        Step::Forward | Step::ForwardThenCut => forward(upstream, &request),
     };
     // Out of flight before the client can hear anything, so that its next
     // attempt never counts as an overlap.
@@ -213,11 +184,10 @@ fn serve(client: TcpStream, upstream: &str, step: Step, seen: &Mutex<Seen>, cut:
 
 /// The server's answer to one request, with `Connection: close` added; `None`
 /// when the server is down or went away.
-fn forward(upstream: &str, head: &str, body: &[u8]) -> Option<Vec<u8>> {
+fn forward(upstream: &str, request: &Message) -> Option<Vec<u8>> {
     let mut server = TcpStream::connect(upstream).ok()?;
-    server.write_all(head.as_bytes()).ok()?;
-    server.write_all(body).ok()?;
-    let (head, body) = read_message(&mut BufReader::new(server))?;
-    let head = head.replacen("\r\n", "\r\nConnection: close\r\n", 1);
-    Some([head.into_bytes(), body].concat())
+    server.write_all(&request.to_bytes()).ok()?;
+    let mut answer = Message::read(&mut BufReader::new(server))?;
+    answer.set_header("Connection", "close");
+    Some(answer.to_bytes())
 }

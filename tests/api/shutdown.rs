@@ -3,12 +3,13 @@
 //! process exits 0; after a restart every key's retry replays or creates
 //! exactly one order.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use orders_atk::wire::Message;
 use serde_json::Value;
 
 use crate::both_backends;
@@ -56,33 +57,17 @@ impl SlowCreate {
     /// Sends the rest of the body and reads the whole response.
     fn finish(mut self) -> (u16, Vec<(String, String)>, String) {
         self.stream.write_all(&self.rest).unwrap();
-        let mut reader = BufReader::new(self.stream);
-        let mut status_line = String::new();
-        reader.read_line(&mut status_line).expect("a status line");
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("a status in {status_line:?}"));
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).expect("a header line");
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').expect("name: value");
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-        let length: usize = headers
+        let answer = Message::read(&mut BufReader::new(self.stream)).expect("a whole response");
+        let headers = answer
+            .headers
             .iter()
-            .find(|(n, _)| n == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .expect("a Content-Length");
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).expect("the whole body");
-        (status, headers, String::from_utf8(body).expect("UTF-8"))
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.clone()))
+            .collect();
+        (
+            answer.status(),
+            headers,
+            String::from_utf8(answer.body).expect("UTF-8"),
+        )
     }
 }
 

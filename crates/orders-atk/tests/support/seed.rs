@@ -22,13 +22,14 @@
 //! runner's profiles.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use orders_atk::wire::Message;
 use serde_json::{Value, json};
 
 /// How the server writes its orders.
@@ -138,59 +139,10 @@ impl Drop for SeedServer {
     }
 }
 
-/// A request: method, path (query dropped), headers (names lower case), body.
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Request {
-    fn read(stream: &mut impl BufRead) -> Option<Self> {
-        let mut start = String::new();
-        stream.read_line(&mut start).ok()?;
-        let mut parts = start.split_whitespace();
-        let (method, target) = (parts.next()?.to_owned(), parts.next()?);
-        let path = target.split('?').next().unwrap_or_default().to_owned();
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            stream.read_line(&mut line).ok()?;
-            let line = line.trim_end_matches(['\r', '\n']);
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':')?;
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-        let length = headers
-            .iter()
-            .find(|(n, _)| n == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        stream.read_exact(&mut body).ok()?;
-        Some(Self {
-            method,
-            path,
-            headers,
-            body,
-        })
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
 fn serve(client: TcpStream, state: &Mutex<State>) {
     client.set_nonblocking(false).expect("blocking");
     let mut reader = BufReader::new(client.try_clone().expect("clone"));
-    let Some(request) = Request::read(&mut reader) else {
+    let Some(request) = Message::read(&mut reader) else {
         return;
     };
     let answer = {
@@ -221,13 +173,13 @@ fn answer(status: u16, body: Value) -> Answer {
     }
 }
 
-fn route(request: &Request, state: &mut State) -> Answer {
+fn route(request: &Message, state: &mut State) -> Answer {
     let d = state.dialect.clone();
-    let path = request.path.as_str();
+    let path = request.path();
     let id = path
         .strip_prefix(d.base)
         .and_then(|rest| rest.strip_prefix('/'));
-    match (request.method.as_str(), path == d.base, id) {
+    match (request.method(), path == d.base, id) {
         ("POST", true, _) => create(request, state),
         ("GET", true, _) => answer(200, d.wrap(Value::Array(state.orders.clone()))),
         ("GET", _, Some(id)) => match state.orders.iter().find(|o| id_text(&o["id"]) == id) {
@@ -247,7 +199,7 @@ fn id_text(id: &Value) -> String {
     }
 }
 
-fn create(request: &Request, state: &mut State) -> Answer {
+fn create(request: &Message, state: &mut State) -> Answer {
     let Some(key) = request
         .header("idempotency-key")
         .filter(|k| !k.trim().is_empty())
