@@ -633,6 +633,17 @@ mod tests {
     const ORDER: &str = "0193a5b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b";
     const OTHER_ORDER: &str = "0193a5b2-7c4d-7e8f-9a0b-000000000002";
 
+    fn update(target: Target) -> NewOperation {
+        NewOperation::Update {
+            target,
+            body: serde_json::json!({"quantity": 2}),
+        }
+    }
+
+    fn cancel(target: Target) -> NewOperation {
+        NewOperation::Cancel { target }
+    }
+
     fn answer(order: &str) -> Outcome {
         Outcome::Answered {
             status: 201,
@@ -655,12 +666,7 @@ mod tests {
         let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
-        let update = outbox
-            .enqueue(NewOperation::Update {
-                target: Target::Operation(1),
-                body: serde_json::json!({"quantity": 2}),
-            })
-            .unwrap();
+        let update = outbox.enqueue(update(Target::Operation(1))).unwrap();
         assert_eq!(update.resource, "op:1");
 
         let first = outbox.claim(&drainer, None).unwrap().unwrap();
@@ -713,11 +719,7 @@ mod tests {
         let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
-        outbox
-            .enqueue(NewOperation::Cancel {
-                target: Target::Operation(1),
-            })
-            .unwrap();
+        outbox.enqueue(cancel(Target::Operation(1))).unwrap();
         let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
         let refused = Outcome::Answered {
             status: 422,
@@ -735,12 +737,7 @@ mod tests {
         let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
-        outbox
-            .enqueue(NewOperation::Update {
-                target: Target::Operation(1),
-                body: serde_json::json!({"quantity": 2}),
-            })
-            .unwrap();
+        outbox.enqueue(update(Target::Operation(1))).unwrap();
         let claimed = outbox.claim(&drainer, None).unwrap().unwrap();
         // Pasted into the update's path, this id sent it to another route.
         outbox
@@ -773,10 +770,7 @@ mod tests {
         // first id), its target with serde_json (the last one).
         for order in [ORDER, OTHER_ORDER] {
             let update = outbox
-                .enqueue(NewOperation::Update {
-                    target: Target::parse(order).unwrap(),
-                    body: serde_json::json!({"quantity": 2}),
-                })
+                .enqueue(update(Target::parse(order).unwrap()))
                 .unwrap();
             assert_eq!(update.resource, format!("order:{order}"));
         }
@@ -812,11 +806,7 @@ mod tests {
         let (_files, mut outbox) = outbox();
         let drainer = outbox.drainer().unwrap();
         create(&mut outbox);
-        outbox
-            .enqueue(NewOperation::Cancel {
-                target: Target::Operation(1),
-            })
-            .unwrap();
+        outbox.enqueue(cancel(Target::Operation(1))).unwrap();
         tamper(
             &outbox,
             "PRAGMA foreign_keys = OFF; DELETE FROM operations WHERE id = 1;",
@@ -861,10 +851,7 @@ mod tests {
             .collect();
         assert_eq!(orders, vec![Some(ORDER.to_owned()), None]);
         let update = outbox
-            .enqueue(NewOperation::Update {
-                target: Target::parse(ORDER).unwrap(),
-                body: serde_json::json!({"quantity": 2}),
-            })
+            .enqueue(update(Target::parse(ORDER).unwrap()))
             .unwrap();
         assert_eq!(update.resource, "op:1", "it joins its create's queue");
     }
