@@ -54,6 +54,18 @@ pub struct MutationCtx {
     pub fingerprint: Fingerprint,
 }
 
+/// A route's change: run once for a fresh key, inside the ledger's
+/// transaction, on a blocking thread.
+pub trait Work:
+    FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError> + Send + 'static
+{
+}
+
+impl<F> Work for F where
+    F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError> + Send + 'static
+{
+}
+
 /// A mutating request that passed every check before the ledger.
 #[derive(Debug)]
 pub struct Mutation {
@@ -109,9 +121,7 @@ impl Mutation {
         work: F,
     ) -> Result<HttpResponse, ApiError>
     where
-        F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
-            + Send
-            + 'static,
+        F: Work,
     {
         self.run(state, None::<(NoInsert, RecordedResponse)>, work)
             .await
@@ -132,9 +142,7 @@ impl Mutation {
     ) -> Result<HttpResponse, ApiError>
     where
         C: QueryFragment<Pg> + QueryId + Send + 'static,
-        F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
-            + Send
-            + 'static,
+        F: Work,
     {
         self.run(state, Some((change, response)), work).await
     }
@@ -147,9 +155,7 @@ impl Mutation {
     ) -> Result<HttpResponse, ApiError>
     where
         C: QueryFragment<Pg> + QueryId + Send + 'static,
-        F: FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError>
-            + Send
-            + 'static,
+        F: Work,
     {
         let ctx = self.ctx;
         // Admitted before any blocking thread or connection is taken; the
