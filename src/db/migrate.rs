@@ -12,13 +12,16 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
-use super::{
-    Backend, Conn, DatabaseUrl, PG_MIGRATION_LOCK, SQLITE_BUSY_TIMEOUT, SetupError, SqliteSession,
-    dispatch, one_line,
-};
+use idempotency_ledger::db::{SQLITE_BUSY_TIMEOUT, SqliteSession};
+
+use super::{Backend, Conn, DatabaseUrl, SetupError, dispatch, one_line};
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// An arbitrary, fixed advisory-lock id that serialises migrations when
+/// several processes start against one PostgreSQL database at once.
+const PG_MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
 
 /// Where diesel records the migrations it applied.
 const APPLIED_TABLE: &str = "__diesel_schema_migrations";

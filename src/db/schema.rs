@@ -1,4 +1,5 @@
-//! Table definitions, one module per backend.
+//! The server's table definitions, one module per backend (the ledger's
+//! own table is the ledger crate's, `idempotency_ledger::schema`).
 //!
 //! The two modules describe the same tables; they differ only where the SQL
 //! types differ (`TIMESTAMPTZ` and `UUID` on PostgreSQL, `TEXT` on SQLite).
@@ -32,19 +33,6 @@ pub mod sqlite {
             updated_at -> TimestamptzSqlite,
         }
     }
-
-    diesel::table! {
-        idempotency_ledger (idempotency_key, user_id) {
-            idempotency_key -> Text,
-            user_id -> Text,
-            request_fingerprint -> Text,
-            response_status -> Integer,
-            response_headers -> Text,
-            response_body -> Binary,
-            created_at -> TimestamptzSqlite,
-            expires_at -> TimestamptzSqlite,
-        }
-    }
 }
 
 pub mod pg {
@@ -72,19 +60,6 @@ pub mod pg {
             request_fingerprint -> Text,
             created_at -> Timestamptz,
             updated_at -> Timestamptz,
-        }
-    }
-
-    diesel::table! {
-        idempotency_ledger (idempotency_key, user_id) {
-            idempotency_key -> Text,
-            user_id -> Text,
-            request_fingerprint -> Text,
-            response_status -> Integer,
-            response_headers -> Text,
-            response_body -> Binary,
-            created_at -> Timestamptz,
-            expires_at -> Timestamptz,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! PostgreSQL deployments that differ from the test cluster's defaults: a
 //! database whose default isolation is `serializable`, and a server that
-//! writes its messages in German (issue 7, points 4 and 5).
+//! writes its messages in German.
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection, RunQueryDsl};
@@ -29,7 +29,7 @@ fn show(url: &DatabaseUrl, name: &str) -> String {
         .value
 }
 
-/// SPEC §4's race guarantee on a database whose transactions are
+/// CONTRACT §4's race guarantee on a database whose transactions are
 /// serializable unless told otherwise: the service pins READ COMMITTED, so a
 /// race loser waits for the winner and replays (or is told in progress),
 /// instead of failing with a serialization error (a 503).
@@ -57,7 +57,7 @@ fn concurrent_creates_with_one_key_on_a_serializable_database_create_one_order_a
     assert_eq!(app.ledger_count(), 5);
 }
 
-/// Issue 7.5: failures are recognised without reading English text. On a
+/// Failures are recognised without reading English text. On a
 /// server whose messages are German, a request whose key is held (its
 /// ledger entry inserted, uncommitted, by the test) still answers `409 IDEMPOTENCY_IN_PROGRESS`
 /// after `lock_timeout`, not a 500 — as a role that may not `SET
@@ -110,7 +110,7 @@ fn with_german_server_messages_a_lock_timeout_still_answers_409_in_progress() {
     assert_eq!(retry.status, 201, "{}", retry.body);
 }
 
-/// Issue 7.4 and 7.7, at the session level: whatever the database's
+/// Whatever the database's
 /// defaults, every pooled session is READ COMMITTED and bounded by the lease
 /// (statement and idle-in-transaction timeouts; on PostgreSQL 17+ also
 /// `transaction_timeout`, so a dead host's key is held at most one lease

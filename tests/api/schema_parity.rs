@@ -13,6 +13,7 @@ use diesel::prelude::*;
 use diesel::query_builder::QueryFragment;
 use diesel::sql_types::{Integer, Text};
 use diesel::{Table, debug_query};
+use idempotency_ledger::schema as ledger;
 use orders_api::db::schema::{pg, sqlite};
 use orders_api::db::{DatabaseUrl, run_migrations};
 
@@ -85,7 +86,7 @@ fn sqlite_module() -> Schema {
     [
         diesel_table::<sqlite::api_keys::table, Sqlite>("api_keys"),
         diesel_table::<sqlite::orders::table, Sqlite>("orders"),
-        diesel_table::<sqlite::idempotency_ledger::table, Sqlite>("idempotency_ledger"),
+        diesel_table::<ledger::sqlite::idempotency_ledger::table, Sqlite>("idempotency_ledger"),
     ]
     .into_iter()
     .collect()
@@ -96,7 +97,7 @@ fn pg_module() -> Schema {
     [
         diesel_table::<pg::api_keys::table, Pg>("api_keys"),
         diesel_table::<pg::orders::table, Pg>("orders"),
-        diesel_table::<pg::idempotency_ledger::table, Pg>("idempotency_ledger"),
+        diesel_table::<ledger::pg::idempotency_ledger::table, Pg>("idempotency_ledger"),
     ]
     .into_iter()
     .collect()

@@ -3,7 +3,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::orders::money::{Exponent, Scientific};
+use json_number::{Exponent, Scientific};
 
 /// SHA-256 over the method, the path and the body's canonical form, as
 /// lowercase hex. A JSON body is canonicalised (`canonical_json`): member

@@ -7,14 +7,12 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
 
-/// How long a request waits on PostgreSQL for a lock another transaction
-/// holds (in practice: the advisory lock on its idempotency key, held by a
-/// concurrent request with the same key) before it is answered
-/// `409 IDEMPOTENCY_IN_PROGRESS`.
+/// How long a statement waits on PostgreSQL for a row lock another
+/// transaction holds before its request is answered
+/// `409 IDEMPOTENCY_IN_PROGRESS`. Units of one key never wait on each other
+/// (a unit only *tries* its key's advisory lock), so such a wait is for a
+/// writer outside the ledger's protocol.
 pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
-/// An arbitrary, fixed advisory-lock id that serialises migrations when
-/// several processes start against one PostgreSQL database at once.
-pub(super) const PG_MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
 
 /// PostgreSQL connections for r2d2, which also drops a connection on which
 /// the thread that returns it saw the server go away.

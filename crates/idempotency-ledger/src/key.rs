@@ -1,7 +1,5 @@
 //! The `Idempotency-Key` request header, parsed once at the edge.
 
-use actix_web::http::header::HeaderMap;
-
 /// The header's name.
 pub const HEADER: &str = "Idempotency-Key";
 /// The longest key accepted, in characters (all keys are ASCII).
@@ -28,14 +26,17 @@ pub enum KeyError {
 }
 
 impl IdempotencyKey {
-    /// Reads the key from a request's headers.
-    pub fn from_headers(headers: &HeaderMap) -> Result<Self, KeyError> {
-        let mut values = headers.get_all(HEADER);
+    /// Reads the key from every value a request sent for [`HEADER`]
+    /// (whatever the HTTP library, e.g. actix-web's
+    /// `headers.get_all(HEADER).map(|v| v.as_bytes())`): exactly one is
+    /// allowed.
+    pub fn from_values<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Result<Self, KeyError> {
+        let mut values = values.into_iter();
         let value = values.next().ok_or(KeyError::Missing)?;
         if values.next().is_some() {
             return Err(KeyError::Repeated);
         }
-        Self::parse(value.as_bytes())
+        Self::parse(value)
     }
 
     /// Applies the rules to one header value's bytes.
@@ -137,6 +138,17 @@ mod tests {
     fn a_malformed_quoted_string_is_refused() {
         assert_eq!(parse(r#""a\nb""#), Err(KeyError::MalformedQuotedString));
         assert_eq!(parse(r#""a"b""#), Err(KeyError::MalformedQuotedString));
+    }
+
+    #[test]
+    fn a_header_sent_twice_is_refused_and_one_never_sent_is_missing() {
+        let twice: [&[u8]; 2] = [b"a", b"a"];
+        assert_eq!(IdempotencyKey::from_values(twice), Err(KeyError::Repeated));
+        assert_eq!(IdempotencyKey::from_values([]), Err(KeyError::Missing));
+        assert_eq!(
+            IdempotencyKey::from_values([b"k".as_slice()]).map(|k| k.as_str().to_owned()),
+            Ok("k".to_owned())
+        );
     }
 
     #[test]
