@@ -73,6 +73,7 @@ pub enum LedgerError<E> {
     /// A defect: a query failed in a way no client can avoid.
     #[error("database error: {0}")]
     Database(DieselError),
+    /// A defect of the ledger's own (a unit that panicked, a task lost).
     #[error("internal error: {0}")]
     Internal(String),
     /// The unit ran past its lease and was rolled back.
@@ -80,7 +81,12 @@ pub enum LedgerError<E> {
     LeaseExpired,
     /// The key's stored entry cannot be replayed as it was recorded.
     #[error("the entry of key {key:?} cannot be replayed: {cause}")]
-    Unreplayable { key: String, cause: Unreplayable },
+    Unreplayable {
+        /// The key whose entry it is.
+        key: String,
+        /// What does not read back.
+        cause: Unreplayable,
+    },
     /// The mutation failed (its error, for the application to answer).
     #[error("the mutation failed")]
     Operation(E),
@@ -105,6 +111,7 @@ pub struct LedgerTx<'t, 'c> {
 }
 
 impl<'c> LedgerTx<'_, 'c> {
+    /// The unit's connection: every write of the mutation goes through it.
     pub fn conn(&mut self) -> &mut Conn<'c> {
         self.conn
     }
@@ -119,8 +126,11 @@ impl<'c> LedgerTx<'_, 'c> {
 /// One request as the ledger sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct LedgerRequest<'a> {
+    /// Who sent it: keys are scoped by user (one key of two users is two keys).
     pub user_id: &'a str,
+    /// Its `Idempotency-Key`.
     pub key: &'a IdempotencyKey,
+    /// What it asked for.
     pub fingerprint: &'a Fingerprint,
 }
 
@@ -191,6 +201,8 @@ impl<E, F> From<DieselError> for Abort<E, F> {
 }
 
 impl Ledger {
+    /// A ledger writing through `pool` (its read connections, its unit of
+    /// writing), with `settings`.
     pub fn new(pool: Pool, settings: Settings) -> Self {
         let write_connections = match &pool {
             Pool::Postgres(_) => Some(WriteConnections::for_pool(pool.max_size())),
@@ -207,10 +219,12 @@ impl Ledger {
         }
     }
 
+    /// Its settings.
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
     }
 
+    /// The pool it writes through (and reads from).
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }

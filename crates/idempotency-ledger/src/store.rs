@@ -34,6 +34,7 @@ macro_rules! dispatch {
 /// written with its response, and the columns are `NOT NULL`).
 #[derive(Debug, Clone)]
 pub struct Entry {
+    /// The fingerprint of the request that recorded it.
     pub fingerprint: String,
     /// The recorded response, or why it cannot be replayed.
     pub response: Result<RecordedResponse, Unreplayable>,
