@@ -8,7 +8,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use tokio::time::Instant;
 
 use crate::admission::{Admission, WriteConnections};
-use crate::db::{Conn, Failure, Pool, WriteError, classify};
+use crate::db::{Conn, Failure, PG_LOCK_WAIT, Pool, WriteError, classify};
 use crate::fingerprint::Fingerprint;
 use crate::inflight::{Entered, InFlight};
 use crate::key::IdempotencyKey;
@@ -515,6 +515,7 @@ impl Ledger {
         let fingerprint = request.fingerprint.as_str().to_owned();
         let (now, expires_at) = self.entry_times();
         let lease = self.inner.settings.lease;
+        let lock_wait = pg_lock_wait(lease);
         move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E, F>> {
             let entry =
                 |conn: &mut Conn<'_>, fingerprint: &str| -> Result<Option<Outcome>, Abort<E, F>> {
@@ -525,6 +526,9 @@ impl Ledger {
                         None => Ok(None),
                     }
                 };
+            // The unit's own bound on a wait for a row lock, which a
+            // distributed backend carries to every node it touches.
+            store::bound_lock_waits(conn, lock_wait)?;
             if !store::lock_key(conn, &key, &user)? {
                 return Err(Abort::Busy(mutation));
             }
@@ -654,6 +658,17 @@ fn decide(entry: store::Entry, fingerprint: &str) -> Result<Outcome, Unreplayabl
         return Ok(Outcome::KeyReused);
     }
     entry.response.map(Outcome::Replayed)
+}
+
+/// How long a PostgreSQL statement waits for a lock another transaction
+/// holds before it gives up (then [`Outcome::InProgress`]): [`PG_LOCK_WAIT`],
+/// or half the lease when that is shorter — strictly below the lease's
+/// `statement_timeout`, so that the lock wait, started later, fires first
+/// (with equal timeouts the statement's would, and a duplicate would be
+/// answered 503 instead of "in progress"). Every pooled session starts with
+/// it, and every unit of writing sets it again for its own transaction.
+pub(crate) fn pg_lock_wait(lease: Duration) -> Duration {
+    PG_LOCK_WAIT.min(lease / 2).max(Duration::from_millis(1))
 }
 
 fn database_error<E>(e: DieselError) -> LedgerError<E> {
