@@ -882,3 +882,110 @@ fn waiting_sessions(conn: &mut PgConnection) -> i64 {
     .get_result(conn)
     .expect("pg_stat_activity")
 }
+
+/// A node of a plan: its type, its index, whether a `Limit` is above it,
+/// and whether it is (under) the inner side of a nested loop (run once per
+/// outer row).
+#[derive(Debug)]
+struct PlanNode {
+    kind: String,
+    index: Option<String>,
+    under_limit: bool,
+    repeated: bool,
+}
+
+/// Every node of `EXPLAIN (FORMAT JSON)` of the purge's statement.
+fn purge_plan(conn: &mut PgConnection) -> Vec<PlanNode> {
+    #[derive(QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = Text)]
+        #[diesel(column_name = "QUERY PLAN")]
+        plan: String,
+    }
+    fn walk(node: &serde_json::Value, under_limit: bool, repeated: bool, out: &mut Vec<PlanNode>) {
+        let kind = node["Node Type"].as_str().unwrap_or("").to_owned();
+        for (i, child) in node["Plans"].as_array().into_iter().flatten().enumerate() {
+            let inner = kind == "Nested Loop" && i == 1;
+            walk(
+                child,
+                under_limit || kind == "Limit",
+                repeated || inner,
+                out,
+            );
+        }
+        out.push(PlanNode {
+            index: node["Index Name"].as_str().map(str::to_owned),
+            kind,
+            under_limit,
+            repeated,
+        });
+    }
+    let explained: Plan = diesel::sql_query(format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        idempotency_ledger::store::PURGE_POSTGRES
+    ))
+    .bind::<diesel::sql_types::Timestamptz, _>(chrono::Utc::now())
+    .bind::<BigInt, _>(1_000_i64)
+    .get_result(conn)
+    .expect("EXPLAIN the purge");
+    let json: serde_json::Value = serde_json::from_str(&explained.plan).expect("a JSON plan");
+    let mut nodes = Vec::new();
+    walk(&json[0]["Plan"], false, false, &mut nodes);
+    nodes
+}
+
+/// A backlog the statistics do not know of — inserted after the last
+/// `ANALYZE`, so that the planner believes almost nothing has expired —
+/// must not make a purge batch read the whole backlog, let alone once per
+/// entry it deletes: the plan reads the expired entries from the
+/// `expires_at` index only under the batch's `LIMIT`, and runs that
+/// selection once — before and after the statistics catch up.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn the_purges_plan_reads_the_backlog_only_as_far_as_one_batch_whatever_the_statistics_say() {
+    let db = TestDb::fresh(Backend::Postgres);
+    let mut conn = PgConnection::establish(&db.url()).expect("connect");
+    conn.batch_execute(
+        "ALTER TABLE idempotency_ledger SET (autovacuum_enabled = false);
+         INSERT INTO idempotency_ledger SELECT 'live-' || g, 'u' || (g % 97), 'fp', 201, '[]', '\\x7b7d',
+             now(), now() + interval '1 day' FROM generate_series(1, 1000) g;
+         ANALYZE idempotency_ledger;
+         INSERT INTO idempotency_ledger SELECT 'expired-' || g, 'u' || (g % 97), 'fp', 201, '[]', '\\x7b7d',
+             now() - interval '2 days', now() - interval '1 day' + g * interval '1 ms'
+             FROM generate_series(1, 50000) g;",
+    )
+    .expect("a backlog the statistics do not know of");
+
+    for statistics in ["stale", "fresh"] {
+        if statistics == "fresh" {
+            conn.batch_execute("ANALYZE idempotency_ledger")
+                .expect("ANALYZE");
+        }
+        let plan = purge_plan(&mut conn);
+        let by_expiry: Vec<&PlanNode> = plan
+            .iter()
+            .filter(|n| n.index.as_deref() == Some("idempotency_ledger_expires_at"))
+            .collect();
+        assert!(
+            !by_expiry.is_empty() && by_expiry.iter().all(|n| n.under_limit),
+            "{statistics} statistics: expired entries are read beyond the batch: {plan:#?}"
+        );
+        assert!(
+            plan.iter()
+                .filter(|n| n.kind == "Limit")
+                .all(|n| !n.repeated),
+            "{statistics} statistics: the batch is selected again for every row: {plan:#?}"
+        );
+    }
+    conn.batch_execute("BEGIN").expect("begin");
+    let deleted = idempotency_ledger::store::purge_batch(
+        &mut Conn::Postgres(&mut conn),
+        chrono::Utc::now(),
+        1_000,
+    );
+    conn.batch_execute("COMMIT").expect("commit");
+    assert_eq!(deleted.expect("purge"), 1_000);
+}

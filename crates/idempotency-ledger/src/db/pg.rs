@@ -88,8 +88,13 @@ impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
         // PostgreSQL 17+ also ends any transaction older than the lease
         // (`transaction_timeout`); before it, a dead host's transaction
         // lives at most one statement plus one idle moment: twice the lease.
-        let version: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            "current_setting('server_version_num')::bigint",
+        let (version, citus): (i64, bool) = diesel::select((
+            diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                "current_setting('server_version_num')::bigint",
+            ),
+            diesel::dsl::sql::<diesel::sql_types::Bool>(
+                "current_setting('citus.propagate_set_commands', true) IS NOT NULL",
+            ),
         ))
         .get_result(conn)
         .map_err(r2d2::Error::QueryError)?;
@@ -98,16 +103,21 @@ impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
         } else {
             String::new()
         };
-        // `citus.propagate_set_commands`: on Citus, a transaction's `SET
-        // LOCAL` (a unit's `lock_timeout`) is sent on to the workers; on
-        // any other PostgreSQL it is a setting nothing reads.
+        // On Citus (its library loaded), a transaction's `SET LOCAL` — a
+        // unit's `lock_timeout` — is sent on to every worker the transaction
+        // touches once the session asks for it.
+        let propagate = if citus {
+            "SET citus.propagate_set_commands = 'local';"
+        } else {
+            ""
+        };
         conn.batch_execute(&format!(
             "SET TIME ZONE 'UTC';
              SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
              SET lock_timeout = {lock_ms};
              SET statement_timeout = {lease_ms};
              SET idle_in_transaction_session_timeout = {lease_ms};
-             SET citus.propagate_set_commands = 'local';
+             {propagate}
              {transaction_timeout}"
         ))
         .map_err(r2d2::Error::QueryError)
