@@ -935,11 +935,12 @@ fn purge_plan(conn: &mut PgConnection) -> Vec<PlanNode> {
 }
 
 /// A backlog the statistics do not know of — inserted after the last
-/// `ANALYZE`, so that the planner believes almost nothing has expired —
-/// must not make a purge batch read the whole backlog, let alone once per
-/// entry it deletes: the plan reads the expired entries from the
-/// `expires_at` index only under the batch's `LIMIT`, and runs that
-/// selection once — before and after the statistics catch up.
+/// `ANALYZE` by one statement, so that the planner believes almost nothing
+/// has expired, and every entry of it expires at the same instant — must
+/// not make a purge batch read the whole backlog, let alone once per entry
+/// it deletes: the plan reads the expired entries from the `expires_at`
+/// index only under the batch's `LIMIT`, and runs that selection once —
+/// before and after the statistics catch up.
 #[test]
 #[cfg_attr(
     postgres_tests_ignored,
@@ -951,10 +952,10 @@ fn the_purges_plan_reads_the_backlog_only_as_far_as_one_batch_whatever_the_stati
     conn.batch_execute(
         "ALTER TABLE idempotency_ledger SET (autovacuum_enabled = false);
          INSERT INTO idempotency_ledger SELECT 'live-' || g, 'u' || (g % 97), 'fp', 201, '[]', '\\x7b7d',
-             now(), now() + interval '1 day' FROM generate_series(1, 1000) g;
+             now(), now() + interval '1 day' + g * interval '1 ms' FROM generate_series(1, 1000) g;
          ANALYZE idempotency_ledger;
          INSERT INTO idempotency_ledger SELECT 'expired-' || g, 'u' || (g % 97), 'fp', 201, '[]', '\\x7b7d',
-             now() - interval '2 days', now() - interval '1 day' + g * interval '1 ms'
+             now() - interval '2 days', now() - interval '1 day'
              FROM generate_series(1, 50000) g;",
     )
     .expect("a backlog the statistics do not know of");
