@@ -129,7 +129,7 @@ for kind in $kinds; do
   # (one "instruction" per byte, about a hundred cycles on the CPU): shown
   # apart, because how often it runs depends on how the bytes arrived.
   memset=$(callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null |
-    awk '/__memset_avx2_unaligned_erms/ { gsub(",", "", $1); print $1; exit }')
+    awk '/__memset_avx2_unaligned_erms/ && !seen { gsub(",", "", $1); print $1; seen = 1 }')
   awk -v t="$total" -v m="${memset:-0}" -v n="$requests" -v k="$kind" -v f="$dump" \
     'BEGIN { printf "  %-7s %8.0f per request, %8.0f without memset  (%s)\n", k, t / n, (t - m) / n, f }'
 done
