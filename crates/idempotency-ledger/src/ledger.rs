@@ -248,10 +248,12 @@ impl Ledger {
     /// In order, each step holding only what it needs:
     ///
     /// 1. **wait for the key**: a request whose key another request of this
-    ///    process holds waits for it holding nothing (no thread, no
-    ///    connection, no write slot), at most [`Settings::wait`]; a key
-    ///    with [`Settings::waiters_per_key`] waiters already is answered
-    ///    [`Outcome::InProgress`] at once;
+    ///    process holds reads the key's entry first, and a recorded one
+    ///    answers at once (retries of a recorded key never wait for one
+    ///    another); otherwise it waits for the key holding nothing (no
+    ///    thread, no connection, no write slot), at most [`Settings::wait`];
+    ///    a key with [`Settings::waiters_per_key`] waiters already is
+    ///    answered [`Outcome::InProgress`] at once;
     /// 2. **read**: a completed entry for `(key, user)` answers at once —
     ///    replayed when the fingerprint matches, refused when it does not.
     ///    A read: no write slot, no write connection;
@@ -360,6 +362,18 @@ impl Ledger {
         let inner = &*self.inner;
         let settings = &inner.settings;
         let deadline = Instant::now() + settings.wait;
+        // A key another request of this process holds now: an entry it has
+        // already answers at once (a recorded entry never changes), so the
+        // retries of a recorded key never queue behind one another, nor
+        // count against the key's waiters. Only a key with no entry yet
+        // waits for its holder.
+        if inner
+            .in_flight
+            .is_held(request.user_id, request.key.as_str())
+            && let Some(outcome) = self.read(request).await?
+        {
+            return Ok(outcome);
+        }
         let _running = match inner
             .in_flight
             .enter(
