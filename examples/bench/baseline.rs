@@ -171,8 +171,10 @@ impl Baseline {
                 let path = config.dir.join("bare.db");
                 let manager =
                     ConnectionManager::<SqliteConnection>::new(path.display().to_string());
+                // As the service's pools: no `SELECT 1` on every checkout.
                 let pool = r2d2::Pool::builder()
                     .max_size(8)
+                    .test_on_check_out(false)
                     .connection_customizer(Box::new(SqliteNormal))
                     .build(manager)
                     .expect("baseline pool");
@@ -207,8 +209,11 @@ impl Baseline {
             }
             Target::Postgres { url, .. } => {
                 let manager = ConnectionManager::<PgConnection>::new(url.clone());
+                // As the service's pools: no `SELECT 1` (a round trip) on
+                // every checkout.
                 let pool = r2d2::Pool::builder()
                     .max_size(config.connections.max(8))
+                    .test_on_check_out(false)
                     .build(manager)
                     .expect("baseline pool");
                 pool.get()
