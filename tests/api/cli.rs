@@ -551,66 +551,54 @@ fn a_libpq_keyword_value_string_is_refused_and_creates_no_file() {
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
 }
 
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-#[test]
-fn migrate_creates_a_missing_postgres_database_when_the_role_may() {
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    fn migrate_creates_a_missing_postgres_database_when_the_role_may() {
+        let db = TestDb::missing(orders_api::db::Backend::Postgres);
+        let out = orders_api(&db, &["migrate"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let listing = orders_api(&db, &["keys", "list"]);
+        assert!(
+            listing.status.success(),
+            "the schema exists: {}",
+            stderr(&listing)
+        );
     }
-    let db = TestDb::missing(orders_api::db::Backend::Postgres);
-    let out = orders_api(&db, &["migrate"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let listing = orders_api(&db, &["keys", "list"]);
-    assert!(
-        listing.status.success(),
-        "the schema exists: {}",
-        stderr(&listing)
-    );
 }
 
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-#[test]
-fn a_missing_postgres_database_the_role_may_not_create_is_one_clear_line() {
-    use diesel::{Connection, PgConnection, RunQueryDsl};
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    fn a_missing_postgres_database_the_role_may_not_create_is_one_clear_line() {
+        use diesel::{Connection, PgConnection, RunQueryDsl};
+        let role = format!("weak_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::establish(&test_database_url()).unwrap();
+        diesel::sql_query(format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
+            .execute(&mut admin)
+            .unwrap();
+        let db = TestDb::missing(orders_api::db::Backend::Postgres);
+        let name = db
+            .url
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_owned();
+        // The same server and database as the role, without a password (the
+        // test cluster trusts local connections).
+        let (scheme, rest) = db.url.as_str().split_once("://").unwrap();
+        let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+        let as_role = format!("{scheme}://{role}@{host}");
+        let out = run(orders_api_command().args(["migrate", "--database-url", &as_role]));
+        let _ = diesel::sql_query(format!("DROP ROLE {role}")).execute(&mut admin);
+        assert_one_line_failure(
+            &out,
+            &format!("database \"{name}\" does not exist on postgres://{role}@"),
+        );
+        assert!(
+            stderr(&out).contains("may not create databases"),
+            "{}",
+            stderr(&out)
+        );
     }
-    let role = format!("weak_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::establish(&test_database_url()).unwrap();
-    diesel::sql_query(format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
-        .execute(&mut admin)
-        .unwrap();
-    let db = TestDb::missing(orders_api::db::Backend::Postgres);
-    let name = db
-        .url
-        .as_str()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('?')
-        .next()
-        .unwrap()
-        .to_owned();
-    // The same server and database as the role, without a password (the
-    // test cluster trusts local connections).
-    let (scheme, rest) = db.url.as_str().split_once("://").unwrap();
-    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-    let as_role = format!("{scheme}://{role}@{host}");
-    let out = run(orders_api_command().args(["migrate", "--database-url", &as_role]));
-    let _ = diesel::sql_query(format!("DROP ROLE {role}")).execute(&mut admin);
-    assert_one_line_failure(
-        &out,
-        &format!("database \"{name}\" does not exist on postgres://{role}@"),
-    );
-    assert!(
-        stderr(&out).contains("may not create databases"),
-        "{}",
-        stderr(&out)
-    );
 }

@@ -22,8 +22,8 @@ pub const TEST_DATABASE_URL: &str = "TEST_DATABASE_URL";
 /// The PostgreSQL copy is reported as ignored when `TEST_DATABASE_URL` was
 /// unset when the tests were built (`build.rs` sets `postgres_tests_ignored`;
 /// `cargo test` rebuilds when the variable changes), and fails instead when
-/// `CI` is set: CI never skips a backend. A PostgreSQL-only test carries the
-/// same `cfg_attr` and starts with [`postgres_available`].
+/// `CI` is set: CI never skips a backend. A copy compiled to run never
+/// passes without running (see [`require_postgres`]).
 #[macro_export]
 macro_rules! both_backends {
     ($( $(#[$meta:meta])* fn $name:ident($backend:ident) $body:block )*) => {
@@ -38,36 +38,57 @@ macro_rules! both_backends {
         mod postgres {
             #[allow(unused_imports)]
             use super::*;
-            $( $(#[$meta])* #[test]
-            #[cfg_attr(postgres_tests_ignored, ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests")]
-            fn $name() {
-                if !$crate::helpers::postgres_available() { return; }
-                let $backend = orders_api::db::Backend::Postgres;
-                $body
-            } )*
+            $crate::postgres_only! {
+                $( $(#[$meta])* fn $name() {
+                    let $backend = orders_api::db::Backend::Postgres;
+                    $body
+                } )*
+            }
         }
     };
 }
 
-/// Whether the PostgreSQL copies can run; panics in CI when they cannot.
-/// (Built with `TEST_DATABASE_URL` set but run without it, they pass without
-/// running, with a note.)
-pub fn postgres_available() -> bool {
-    cluster_url(TEST_DATABASE_URL).is_some()
+/// Declares PostgreSQL-only tests: each is reported as ignored when
+/// `TEST_DATABASE_URL` was unset at build time (and not in CI), and
+/// otherwise starts with [`require_postgres`].
+#[macro_export]
+macro_rules! postgres_only {
+    ($( $(#[$meta:meta])* fn $name:ident() $body:block )*) => {
+        $( $(#[$meta])* #[test]
+        #[cfg_attr(postgres_tests_ignored, ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests")]
+        fn $name() {
+            $crate::helpers::require_postgres();
+            $body
+        } )*
+    };
+}
+
+/// The first line of every PostgreSQL test compiled to run: it fails, with
+/// what to do, when `TEST_DATABASE_URL` is not set now.
+///
+/// Whether a PostgreSQL test runs is decided when the suite is built
+/// (`build.rs`): `cargo test` rebuilds when the variable changes, so it
+/// reports them ignored without the variable. A test binary built with it
+/// and then run without it (by hand, or copied elsewhere) can no longer mark
+/// a test ignored — libtest decides that before the test starts — and
+/// returning early would count it as passed: so it fails.
+pub fn require_postgres() {
+    require_cluster(TEST_DATABASE_URL);
 }
 
 /// The admin URL of the PostgreSQL cluster that the environment variable
-/// `var` names; `None` (with a note) when it is unset, a panic in CI, where
-/// no test may be skipped.
-pub fn cluster_url(var: &str) -> Option<String> {
-    if let Ok(url) = std::env::var(var) {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-        panic!("CI is set but {var} is not: this PostgreSQL test must run in CI");
-    }
-    eprintln!("note: {var} is not set; skipping this PostgreSQL test");
-    None
+/// `var` names; a failure, never a silent pass, when it is unset.
+pub fn require_cluster(var: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{var} is not set, but this test binary was built to run its PostgreSQL tests \
+             (built with {var} or CI set): set {var} to a PostgreSQL server whose user may \
+             create databases, or rebuild without it to have these tests reported ignored"
+            )
+        })
 }
 
 /// A database that exists only for one test and is removed afterwards.
@@ -182,7 +203,7 @@ impl Drop for TestDb {
 
 /// `TEST_DATABASE_URL`: a PostgreSQL server whose user may create databases.
 pub fn test_database_url() -> String {
-    std::env::var(TEST_DATABASE_URL).expect("TEST_DATABASE_URL")
+    require_cluster(TEST_DATABASE_URL)
 }
 
 /// `url` with its database name replaced by `name`.

@@ -208,50 +208,44 @@ fn with_key_held<T: Send>(
     })
 }
 
-/// SPEC §4 (issue 16.4): "same key while the first is still running → the
-/// duplicate waits for the first to finish, without holding a database
-/// connection for the wait, and gets its replay". PostgreSQL, across
-/// ledgers (as across processes: the holder's key is not in the server's
-/// own in-flight set): the duplicate finds the advisory lock taken, rolls
-/// back and looks again later — no session of it waits on a lock — and
-/// replays the holder's answer once that commits, here after 3 s, longer
-/// than the 2 s lock wait after which it used to be refused `409`.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_duplicate_of_a_claim_held_elsewhere_waits_without_a_lock_and_replays_the_holders_answer() {
-    if !postgres_available() {
-        return;
-    }
-    let app = TestApp::spawn(orders_api::db::Backend::Postgres);
-    let body = order_body("Widget", 2, "9.99");
-    let request = CreateRequest::new("held-key", &body);
+crate::postgres_only! {
+    /// SPEC §4 (issue 16.4): "same key while the first is still running → the
+    /// duplicate waits for the first to finish, without holding a database
+    /// connection for the wait, and gets its replay". PostgreSQL, across
+    /// ledgers (as across processes: the holder's key is not in the server's
+    /// own in-flight set): the duplicate finds the advisory lock taken, rolls
+    /// back and looks again later — no session of it waits on a lock — and
+    /// replays the holder's answer once that commits, here after 3 s, longer
+    /// than the 2 s lock wait after which it used to be refused `409`.
+    fn a_duplicate_of_a_claim_held_elsewhere_waits_without_a_lock_and_replays_the_holders_answer() {
+        let app = TestApp::spawn(orders_api::db::Backend::Postgres);
+        let body = order_body("Widget", 2, "9.99");
+        let request = CreateRequest::new("held-key", &body);
 
-    let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
-            let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
-            std::thread::sleep(Duration::from_secs(3));
-            assert_eq!(
-                crate::process::pg_sessions_where(&app.db.url, "wait_event_type = 'Lock'"),
-                0,
-                "the duplicate waits on a lock"
-            );
-            assert_eq!(app.order_count(), 0, "the waiting request created nothing");
-            waiting
+        let (held, waiting) = std::thread::scope(|s| {
+            let (held, waiting) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
+                let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
+                std::thread::sleep(Duration::from_secs(3));
+                assert_eq!(
+                    crate::process::pg_sessions_where(&app.db.url, "wait_event_type = 'Lock'"),
+                    0,
+                    "the duplicate waits on a lock"
+                );
+                assert_eq!(app.order_count(), 0, "the waiting request created nothing");
+                waiting
+            });
+            (held, waiting.join().expect("waiting client"))
         });
-        (held, waiting.join().expect("waiting client"))
-    });
 
-    let Ok(Outcome::Executed(original)) = held else {
-        panic!("the holder did not run: {held:?}")
-    };
-    assert_eq!(waiting.status, 200, "{}", waiting.body);
-    assert_eq!(waiting.header("Idempotent-Replayed"), Some("true"));
-    assert_eq!(waiting.body.as_bytes(), original.body.as_slice());
-    assert_eq!(waiting.header("Location"), header(&original, "location"));
-    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+        let Ok(Outcome::Executed(original)) = held else {
+            panic!("the holder did not run: {held:?}")
+        };
+        assert_eq!(waiting.status, 200, "{}", waiting.body);
+        assert_eq!(waiting.header("Idempotent-Replayed"), Some("true"));
+        assert_eq!(waiting.body.as_bytes(), original.body.as_slice());
+        assert_eq!(waiting.header("Location"), header(&original, "location"));
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
 }
 
 /// SPEC §4: "…or, where the server chooses to wait briefly for the first to
@@ -284,60 +278,54 @@ fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_an
     assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
 }
 
-/// SPEC §4: a holder that hangs past its lease loses its key, the next
-/// request takes the key over and runs, and the hung holder can never commit
-/// afterwards: one execution in all. PostgreSQL only: the server ends a
-/// session idle in its transaction for longer than the lease, which releases
-/// the key's advisory lock while the holder still hangs.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
-    if !postgres_available() {
-        return;
-    }
-    let lease = Duration::from_secs(1);
-    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
-    let pool = pool(&db, lease);
-    let ledger = Ledger::new(DAY, lease, WAIT);
-    let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
+crate::postgres_only! {
+    /// SPEC §4: a holder that hangs past its lease loses its key, the next
+    /// request takes the key over and runs, and the hung holder can never commit
+    /// afterwards: one execution in all. PostgreSQL only: the server ends a
+    /// session idle in its transaction for longer than the lease, which releases
+    /// the key's advisory lock while the holder still hangs.
+    fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
+        let lease = Duration::from_secs(1);
+        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+        let pool = pool(&db, lease);
+        let ledger = Ledger::new(DAY, lease, WAIT);
+        let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
 
-    let (hung, (taken_over, in_progress)) = with_key_held(&pool, ledger.clone(), &request, || {
-        // The holder hangs until the takeover is done.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut in_progress = 0;
-        let taken_over = loop {
-            assert!(Instant::now() < deadline, "the key was never taken over");
-            match ledger.execute(&pool, request.ledger(), request.unit(&Arc::default())) {
-                Ok(Outcome::InProgress) => {
-                    in_progress += 1;
-                    std::thread::sleep(Duration::from_millis(100));
+        let (hung, (taken_over, in_progress)) = with_key_held(&pool, ledger.clone(), &request, || {
+            // The holder hangs until the takeover is done.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut in_progress = 0;
+            let taken_over = loop {
+                assert!(Instant::now() < deadline, "the key was never taken over");
+                match ledger.execute(&pool, request.ledger(), request.unit(&Arc::default())) {
+                    Ok(Outcome::InProgress) => {
+                        in_progress += 1;
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Ok(Outcome::Executed(response)) => break response,
+                    other => panic!("a request waiting for a held key got {other:?}"),
                 }
-                Ok(Outcome::Executed(response)) => break response,
-                other => panic!("a request waiting for a held key got {other:?}"),
-            }
-        };
-        (taken_over, in_progress)
-    });
+            };
+            (taken_over, in_progress)
+        });
 
-    eprintln!("answered in progress {in_progress} time(s) before the takeover");
-    assert!(
-        matches!(
-            hung,
-            Err(LedgerError::LeaseExpired | LedgerError::Unavailable(_))
-        ),
-        "the hung holder must not succeed after a takeover: {hung:?}"
-    );
-    assert_eq!(order_count(&pool), 1, "one execution in all");
-    assert_eq!(ledger_count(&pool), 1);
-    assert_eq!(
-        order_id_for_key(&pool, USER, "hung-holder"),
-        Some(order_id_in(&taken_over))
-    );
-    let replay = ledger.execute(&pool, request.ledger(), |_| -> Result<Completion, Failed> {
-        panic!("a recorded key must not run again")
-    });
-    assert_eq!(replay.ok(), Some(Outcome::Replayed(taken_over)));
+        eprintln!("answered in progress {in_progress} time(s) before the takeover");
+        assert!(
+            matches!(
+                hung,
+                Err(LedgerError::LeaseExpired | LedgerError::Unavailable(_))
+            ),
+            "the hung holder must not succeed after a takeover: {hung:?}"
+        );
+        assert_eq!(order_count(&pool), 1, "one execution in all");
+        assert_eq!(ledger_count(&pool), 1);
+        assert_eq!(
+            order_id_for_key(&pool, USER, "hung-holder"),
+            Some(order_id_in(&taken_over))
+        );
+        let replay = ledger.execute(&pool, request.ledger(), |_| -> Result<Completion, Failed> {
+            panic!("a recorded key must not run again")
+        });
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(taken_over)));
+    }
 }
