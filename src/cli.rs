@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DEFAULT_DATABASE_URL, DEFAULT_DB_TIMEOUT_SECS, DEFAULT_LEASE_SECS, Settings};
+use crate::config::{
+    DEFAULT_DATABASE_URL, DEFAULT_DB_TIMEOUT_SECS, DEFAULT_LEASE_SECS, DatabaseUrlParser, Settings,
+};
 use crate::db::{DatabaseUrl, PoolOptions};
 
 #[derive(Debug, Parser)]
@@ -82,7 +84,7 @@ impl Command {
 pub struct DatabaseArgs {
     /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true,
-          value_parser = DatabaseUrl::parse)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub database_url: DatabaseUrl,
 }
 

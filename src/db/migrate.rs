@@ -31,7 +31,7 @@ const APPLIED_TABLE: &str = "__diesel_schema_migrations";
 pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
     let migrate_error = |e: &dyn std::fmt::Display| SetupError::Migrate {
         target: url.to_string(),
-        cause: one_line(&e.to_string()),
+        cause: url.scrub(&one_line(&e.to_string())),
     };
     match url.backend() {
         Backend::Sqlite => {
@@ -53,7 +53,7 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
                              writable folder to create them in",
                             url.as_str()
                         ),
-                        false => one_line(&cause),
+                        false => url.scrub(&one_line(&cause)),
                     },
                 }
             })?;
@@ -74,7 +74,7 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             let pending =
                 pending(&mut Conn::Postgres(&mut conn)).map_err(|e| SetupError::Read {
                     target: url.to_string(),
-                    cause: one_line(&e.to_string()),
+                    cause: url.scrub(&one_line(&e.to_string())),
                 })?;
             if pending == 0 {
                 return Ok(0);
@@ -223,7 +223,7 @@ fn create_pg_database(url: &DatabaseUrl, name: &str) -> Result<(), SetupError> {
             Err(e) => {
                 last = format!(
                     "cannot connect to {admin_url} to create it: {}",
-                    one_line(&e.to_string())
+                    url.scrub(&one_line(&e.to_string()))
                 );
                 continue;
             }
@@ -239,9 +239,9 @@ fn create_pg_database(url: &DatabaseUrl, name: &str) -> Result<(), SetupError> {
             Err(e) if e.to_string().contains("permission denied") => Err(refused(format!(
                 "the role may not create databases ({}): create it (`createdb {name}`) or \
                  grant the role CREATEDB",
-                one_line(&e.to_string())
+                url.scrub(&one_line(&e.to_string()))
             ))),
-            Err(e) => Err(refused(one_line(&e.to_string()))),
+            Err(e) => Err(refused(url.scrub(&one_line(&e.to_string())))),
         };
     }
     Err(refused(last))

@@ -23,10 +23,11 @@ pub enum SetupError {
 
 impl SetupError {
     /// A connection that could not be opened: the URL as typed (never its
-    /// password) and the cause on one line; for SQLite, what is wrong with
-    /// the location when the driver only says it cannot open the file.
+    /// password) and the cause on one line (libpq may quote the whole URL
+    /// in it: scrubbed); for SQLite, what is wrong with the location when
+    /// the driver only says it cannot open the file.
     pub(super) fn connect(url: &DatabaseUrl, error: &diesel::ConnectionError) -> Self {
-        let driver = one_line(&error.to_string());
+        let driver = url.scrub(&one_line(&error.to_string()));
         SetupError::Connect {
             target: url.to_string(),
             cause: match url.backend() {

@@ -602,3 +602,140 @@ crate::postgres_only! {
         );
     }
 }
+
+/// The password of [`secret_urls`]; each form writes it so that its typed
+/// and its decoded forms both start with this.
+const PASSWORD: &str = "S3cretPw";
+
+/// `DATABASE_URL` in every form libpq takes a password in, each naming a
+/// closed port (the database is down), and one that libpq quotes whole in
+/// its error: a password in the user information, a `password` parameter
+/// first, in the middle and last, its name or value percent-encoded in
+/// either case, and a keyword/value string (which the service refuses).
+fn secret_urls() -> Vec<String> {
+    let port = crate::process::free_port();
+    let server = format!("127.0.0.1:{port}");
+    vec![
+        format!("postgres://orders:{PASSWORD}@{server}/orders"),
+        format!("postgres://orders@{server}/orders?password={PASSWORD}"),
+        format!(
+            "postgresql://orders@{server}/orders?sslmode=disable&password={PASSWORD}&connect_timeout=5"
+        ),
+        format!("postgres://orders@{server}/orders?connect_timeout=5&p%61ssword={PASSWORD}%2fx"),
+        format!("postgres://orders@{server}/orders?P%41SSWORD={PASSWORD}%2Fx"),
+        format!("postgres://orders:{PASSWORD}%40x@{server}/orders?sslpassword={PASSWORD}"),
+        format!("postgres://orders:{PASSWORD}@[::1]x/orders"),
+        format!("host=127.0.0.1 port={port} user=orders password={PASSWORD}"),
+        format!("postgres://orders:{PASSWORD}@oops@{server}/orders"),
+        format!("mysql://orders:{PASSWORD}@{server}/orders"),
+    ]
+}
+
+/// SPEC §2 "No secret is ever printed": with the database down, `serve`,
+/// `migrate`, `keys list` and `purge` fail in one line that shows the URL
+/// without its password (or refuses a form it does not take without
+/// repeating it), whether the URL comes from `DATABASE_URL` or the flag,
+/// with every log level on. Before, a `password=` parameter was printed.
+#[test]
+fn a_password_in_the_database_url_is_never_printed_whatever_its_form_and_the_command() {
+    let dir = TempDir::new();
+    for url in secret_urls() {
+        for command in [&["serve"][..], &["migrate"], &["keys", "list"], &["purge"]] {
+            let from_env = run(orders_api_command()
+                .args(command)
+                .current_dir(&dir.0)
+                .env("RUST_LOG", "trace")
+                .env("DATABASE_URL", &url));
+            let from_flag = run(orders_api_command()
+                .args(command)
+                .args(["--database-url", &url])
+                .current_dir(&dir.0)
+                .env("RUST_LOG", "trace"));
+            for out in [from_env, from_flag] {
+                let (stdout, stderr) = (stdout(&out), stderr(&out));
+                assert!(!out.status.success(), "{command:?} {url}: {stdout}");
+                assert!(
+                    !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+                    "{command:?} printed the password of {url}:\n{stdout}{stderr}"
+                );
+                assert_one_line_failure(&out, "");
+                assert!(
+                    stderr.contains("***") || stderr.contains("DATABASE_URL"),
+                    "{command:?} {url}: the message names the URL, its password hidden: {stderr}"
+                );
+            }
+        }
+    }
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+}
+
+/// clap shows an argument's environment value in `--help` unless told not
+/// to: the database URL's never is.
+#[test]
+fn help_never_shows_the_database_url_from_the_environment() {
+    let url = format!("postgres://orders:{PASSWORD}@127.0.0.1:1/orders?password={PASSWORD}");
+    for command in [
+        &[][..],
+        &["serve"],
+        &["migrate"],
+        &["purge"],
+        &["keys"],
+        &["keys", "list"],
+        &["keys", "create"],
+        &["keys", "revoke"],
+    ] {
+        for help in ["-h", "--help"] {
+            let out = run(orders_api_command()
+                .args(command)
+                .arg(help)
+                .env("DATABASE_URL", &url));
+            assert_eq!(out.status.code(), Some(0), "{command:?}: {}", stderr(&out));
+            let text = stdout(&out);
+            assert!(text.contains("--database-url"), "{command:?}: {text}");
+            assert!(
+                !text.contains(PASSWORD),
+                "{command:?} {help} shows it: {text}"
+            );
+        }
+    }
+}
+
+crate::postgres_only! {
+    /// The pool's own log line when it cannot open a connection (it keeps
+    /// retrying in the background) shows the URL without its password, at
+    /// any log level: a server started with a `password=` parameter whose
+    /// database then refuses every new connection.
+    fn a_password_in_the_database_url_is_never_logged_when_the_pool_cannot_reconnect() {
+        use orders_api::db::DatabaseUrl;
+
+        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+        // The test cluster trusts local connections: libpq sends no password.
+        let url = DatabaseUrl::parse(&format!("{}&password={PASSWORD}", db.url.as_str())).unwrap();
+        let pool = crate::process::prepare(&url);
+        let token = crate::process::create_token(&pool, "alice");
+        drop(pool);
+        let server = ServerProcess::start_with_env(&url, &[], &[("RUST_LOG", "trace")]);
+        let client = crate::process::Client::new(&server.address(), &token, Duration::from_secs(30));
+        assert_eq!(client.call("GET", "/v1/orders", None, None).unwrap().status, 200);
+
+        db.as_admin("ALTER DATABASE {db} ALLOW_CONNECTIONS false");
+        db.as_admin(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{db}' AND pid <> pg_backend_pid()",
+        );
+        // Each request needs a connection the pool then tries to open.
+        let logged = "cannot open a database connection; retrying";
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !server.log_text().contains(logged) {
+            assert!(std::time::Instant::now() < deadline, "the pool never said it could not connect");
+            let refused = client.call("GET", "/v1/orders", None, None).unwrap();
+            assert_eq!(refused.status, 503, "{}", refused.body);
+        }
+        db.as_admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true");
+
+        let log = server.log_text();
+        assert!(!log.contains(PASSWORD), "the log shows the password:\n{log}");
+        let line = log.lines().find(|l| l.contains(logged)).unwrap();
+        assert!(line.contains("password=***"), "the URL is named, its password hidden: {line}");
+    }
+}
