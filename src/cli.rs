@@ -38,13 +38,15 @@ pub struct Cli {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Apply pending migrations, then serve HTTP until SIGINT/SIGTERM (the default).
+    /// Apply pending migrations (creating the database when it does not exist), then serve HTTP
+    /// until SIGINT/SIGTERM (the default).
     Serve(Settings),
-    /// Apply pending migrations and exit.
+    /// Apply pending migrations and exit, creating the database when it does not exist.
     Migrate(DatabaseArgs),
-    /// Manage API keys.
+    /// Manage API keys, in a database that exists (`orders-api migrate` creates it).
     Keys(KeysArgs),
-    /// Delete expired idempotency-ledger entries once and print how many.
+    /// Delete expired idempotency-ledger entries once and print how many (the database must
+    /// exist).
     Purge(DatabaseArgs),
     /// The offline-first client: queue operations, send them with stored keys.
     Client(orders_client::command::ClientArgs),
@@ -111,16 +113,19 @@ pub struct KeysArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum KeysCommand {
-    /// Create an API key for USER_ID; prints only the token.
+    /// Create an API key for USER_ID; prints only the token. Refuses a database that does not
+    /// exist (`orders-api migrate` creates it).
     Create {
         /// The user the key acts for: 1 to 100 printable ASCII characters,
         /// without leading or trailing spaces.
         #[arg(value_name = "USER_ID")]
         user_id: String,
     },
-    /// List keys: id, user, token prefix, created, revoked (never the token).
+    /// List keys: id, user, token prefix, created, revoked (never the token). Only reads: opens
+    /// the database read-only, and refuses one that does not exist or is not migrated.
     List,
     /// Revoke a key, given its id or its prefix as `keys list` shows them, or its whole token.
+    /// Refuses a database that does not exist.
     Revoke {
         /// The key's id (`7`), its prefix (`oa_1a2b3c4d`, as `keys list` shows it) or its
         /// whole token.

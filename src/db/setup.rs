@@ -19,6 +19,22 @@ pub enum SetupError {
     Migrate { target: String, cause: String },
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
+    /// A command that must not create the database found none.
+    #[error("no database at {target}: {command} creates none (`orders-api migrate` creates it)")]
+    Missing {
+        target: String,
+        command: &'static str,
+    },
+    /// A command that only reads found migrations to apply.
+    #[error(
+        "database {target} is not up to date ({pending} migration(s) pending): {command} only \
+         reads (`orders-api migrate` applies them)"
+    )]
+    NotMigrated {
+        target: String,
+        pending: usize,
+        command: &'static str,
+    },
 }
 
 impl SetupError {

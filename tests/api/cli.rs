@@ -345,6 +345,7 @@ fn usage_errors_print_clap_s_whole_message_with_the_usage_line() {
 #[test]
 fn keys_create_refuses_user_ids_with_outer_whitespace_and_says_so() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["migrate"]).status.success());
     for (user, says) in [
         (" bob", "USER_ID must not begin or end with whitespace"),
         ("bob ", "USER_ID must not begin or end with whitespace"),
@@ -447,6 +448,7 @@ fn unprivileged(dir: &TempDir, args: &[&str]) -> Output {
 #[test]
 fn keys_list_reads_a_copy_of_a_wal_database_in_a_read_only_folder() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["migrate"]).status.success());
     assert!(orders_api(&db, &["keys", "create", "kim"]).status.success());
     {
         use diesel::{Connection, RunQueryDsl, SqliteConnection};
@@ -483,6 +485,7 @@ fn keys_list_reads_a_copy_of_a_wal_database_in_a_read_only_folder() {
 #[test]
 fn keys_list_reads_a_read_only_database_when_no_migration_is_pending() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["migrate"]).status.success());
     assert!(
         orders_api(&db, &["keys", "create", "ivan"])
             .status
@@ -737,5 +740,128 @@ crate::postgres_only! {
         assert!(!log.contains(PASSWORD), "the log shows the password:\n{log}");
         let line = log.lines().find(|l| l.contains(logged)).unwrap();
         assert!(line.contains("password=***"), "the URL is named, its password hidden: {line}");
+    }
+}
+
+/// The commands that must not create the database, on each backend.
+mod existing_database {
+    use super::*;
+
+    both_backends! {
+        /// SPEC §2: `keys list`, `keys create`, `keys revoke` and `purge`
+        /// refuse a database that does not exist in one line, exit 1, and
+        /// create nothing — no file, no PostgreSQL database; `migrate` creates
+        /// it. Before, each of them created it (and migrated it), and `keys
+        /// list` printed an empty table and exited 0.
+        fn commands_other_than_migrate_and_serve_refuse_a_database_that_does_not_exist_and_create_none(backend) {
+            let db = TestDb::missing(backend);
+            for command in [&["keys", "list"][..], &["keys", "create", "bob"], &["keys", "revoke", "1"], &["purge"]] {
+                let out = orders_api(&db, command);
+                assert_one_line_failure(&out, "no database at ");
+            assert!(stderr(&out).contains(db.url.as_str()), "names the database: {}", stderr(&out));
+                assert!(stderr(&out).contains("`orders-api migrate` creates it"), "{}", stderr(&out));
+                assert_eq!(out.status.code(), Some(1), "{command:?}");
+                assert!(stdout(&out).is_empty(), "{command:?}: {}", stdout(&out));
+                assert!(!db.exists(), "{command:?} created the database");
+            }
+            let migrated = orders_api(&db, &["migrate"]);
+            assert!(migrated.status.success(), "{}", stderr(&migrated));
+            assert!(db.exists());
+            let listing = orders_api(&db, &["keys", "list"]);
+            assert!(listing.status.success(), "{}", stderr(&listing));
+        }
+
+        /// `keys list` only reads: on a database whose migrations are pending
+        /// it applies none, and says so in one line.
+        fn keys_list_refuses_a_database_with_pending_migrations_and_migrates_nothing(backend) {
+            let db = TestDb::empty(backend);
+            let out = orders_api(&db, &["keys", "list"]);
+            assert_one_line_failure(&out, "migration(s) pending): `orders-api keys list` only reads");
+            let migrated = any_migration_applied(&db);
+            assert!(!migrated, "keys list applied migrations");
+        }
+
+        /// The connection `keys list` reads with refuses every write: SQLite
+        /// opens the file read-only, PostgreSQL reads in a READ ONLY
+        /// transaction.
+        fn the_connection_keys_list_reads_with_refuses_every_write(backend) {
+            let db = TestDb::fresh(backend);
+            orders_api::db::run_migrations(&db.url).unwrap();
+            let write = db.url.read_only("a test", |conn| {
+                orders_api::dispatch!(conn, c, _s => diesel::RunQueryDsl::execute(
+                    diesel::sql_query(
+                        "INSERT INTO api_keys (user_id, token_hash, token_prefix, created_at) \
+                         VALUES ('mallory', 'h', 'p', '2026-01-01 00:00:00+00:00')",
+                    ),
+                    c,
+                ))
+            });
+            let err = write.expect_err("a write on the read-only connection").to_string();
+            assert!(err.contains("read") && err.contains("only"), "{err}");
+            let listing = stdout(&orders_api(&db, &["keys", "list"]));
+            assert!(!listing.contains("mallory"), "{listing}");
+        }
+    }
+}
+
+/// Whether `db` has the migrations table (any migration applied).
+fn any_migration_applied(db: &TestDb) -> bool {
+    use diesel::{Connection, RunQueryDsl};
+    #[derive(diesel::QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let query = match db.backend() {
+        orders_api::db::Backend::Sqlite => {
+            "SELECT count(*) AS n FROM sqlite_master WHERE name = '__diesel_schema_migrations'"
+        }
+        orders_api::db::Backend::Postgres => {
+            "SELECT count(*) AS n FROM pg_tables WHERE tablename = '__diesel_schema_migrations'"
+        }
+    };
+    let found = match db.backend() {
+        orders_api::db::Backend::Sqlite => {
+            let mut c = diesel::SqliteConnection::establish(db.url.as_str()).unwrap();
+            diesel::sql_query(query)
+                .get_result::<Found>(&mut c)
+                .unwrap()
+        }
+        orders_api::db::Backend::Postgres => {
+            let mut c = diesel::PgConnection::establish(db.url.as_str()).unwrap();
+            diesel::sql_query(query)
+                .get_result::<Found>(&mut c)
+                .unwrap()
+        }
+    };
+    found.n > 0
+}
+
+/// Each command's help says whether it creates the database.
+#[test]
+fn each_commands_help_says_whether_it_creates_the_database() {
+    for (command, says) in [
+        (
+            &["migrate"][..],
+            "creating the database when it does not exist",
+        ),
+        (&["serve"], "creating the database when it does not exist"),
+        (&["keys", "list"], "opens the database read-only"),
+        (
+            &["keys", "create"],
+            "Refuses a database that does not exist",
+        ),
+        (
+            &["keys", "revoke"],
+            "Refuses a database that does not exist",
+        ),
+        (&["purge"], "the database must exist"),
+    ] {
+        let out = run(orders_api_command().args(command).arg("--help"));
+        let help = stdout(&out)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(help.contains(says), "{command:?} --help: {help}");
     }
 }

@@ -180,6 +180,40 @@ impl TestDb {
     pub fn backend(&self) -> Backend {
         self.url.backend()
     }
+
+    /// Whether the database exists: the SQLite file (or its `-wal` or
+    /// `-shm`), or a PostgreSQL database of this name on the cluster.
+    pub fn exists(&self) -> bool {
+        match &self.cleanup {
+            Cleanup::Files(path) => ["", "-wal", "-shm"].iter().any(|suffix| {
+                std::path::Path::new(&format!("{}{suffix}", path.display())).exists()
+            }),
+            Cleanup::Database { admin_url, name } => {
+                #[derive(diesel::QueryableByName)]
+                struct Count {
+                    #[diesel(sql_type = diesel::sql_types::BigInt)]
+                    n: i64,
+                }
+                let mut admin = PgConnection::establish(admin_url).expect("connect to the cluster");
+                diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
+                    .bind::<diesel::sql_types::Text, _>(name)
+                    .get_result::<Count>(&mut admin)
+                    .expect("read pg_database")
+                    .n
+                    > 0
+            }
+        }
+    }
+
+    /// An empty database: an empty SQLite file, or a PostgreSQL database
+    /// without tables (what [`TestDb::fresh`] makes there).
+    pub fn empty(backend: Backend) -> Self {
+        let db = Self::fresh(backend);
+        if let Cleanup::Files(path) = &db.cleanup {
+            std::fs::File::create(path).expect("create an empty SQLite file");
+        }
+        db
+    }
 }
 
 impl Drop for TestDb {
