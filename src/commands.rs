@@ -134,7 +134,7 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
             let keys = args
                 .database
                 .database_url
-                .read_only("`orders-api keys list`", |conn| auth::list(conn))?;
+                .read_only("`orders-api keys list`", auth::list)?;
             return Ok(list_keys(&keys, out)?);
         }
         KeysCommand::Create { .. } => "`orders-api keys create`",

@@ -276,7 +276,7 @@ fn redact(url: &str) -> Result<(String, Vec<String>), String> {
             None => (credentials, None),
         };
         let user_ok = percent_decoded(user).is_some();
-        let decoded = password.map(|p| percent_decoded(p));
+        let decoded = password.map(percent_decoded);
         if !user_ok || decoded.as_ref().is_some_and(Option::is_none) {
             return Err(
                 "the user name or password in DATABASE_URL has a '%' that does not \
