@@ -70,9 +70,10 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub db_timeout_secs: u64,
 
-    /// How long a process keeps accepting a token the database accepted, in
-    /// seconds: a revoked key stops working within this time (0: look every
-    /// token up on every request).
+    /// How long a process keeps what the database said about a token
+    /// (accepted, or unknown), in seconds: a revoked key stops working
+    /// within this time after the revocation (0: look every token up on
+    /// every request).
     #[arg(long = "auth-cache-secs", env = "AUTH_CACHE_SECS", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(0..=60))]
     pub auth_cache_secs: u64,

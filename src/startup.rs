@@ -7,7 +7,7 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 
-use crate::auth::cache::TokenCache;
+use crate::auth::cache::{TokenCache, first_lookups_for_pool};
 use crate::config::Settings;
 use crate::db::{Backend, Pool};
 use crate::http::admission::{Admission, READ_BLOCKING_THREADS, WriteConnections};
@@ -70,7 +70,10 @@ impl Application {
         let port = listener.local_addr().map_err(bind_error)?.port();
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            tokens: TokenCache::new(Duration::from_secs(settings.auth_cache_secs)),
+            tokens: TokenCache::new(
+                Duration::from_secs(settings.auth_cache_secs),
+                first_lookups_for_pool(settings.pool_size),
+            ),
             ledger: settings.ledger(),
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             metrics: telemetry::metrics_handle(),

@@ -10,6 +10,7 @@ use std::future::{Ready, ready};
 use super::AppState;
 use super::error::ApiError;
 use crate::auth;
+use crate::auth::cache::Cached;
 
 /// The user the request's bearer token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,10 @@ pub async fn require_bearer<B: MessageBody>(
 }
 
 /// The token's user: from the [`auth::cache::TokenCache`] when the database
-/// accepted the token moments ago, else from the database (and remembered).
+/// answered for the token moments ago, else from the database (and
+/// remembered). A lookup needs a permit first: past the bound on lookups of
+/// tokens never seen live, `503` at once, before it takes a blocking thread
+/// or a connection.
 async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     let token = bearer_token(req).ok_or(ApiError::Unauthorized)?;
     let state = req
@@ -40,20 +44,28 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
         .cloned()
         .ok_or_else(|| ApiError::Internal("application state missing".into()))?;
     let hash = auth::hash_token(&token);
-    if let Some(user) = state.tokens.get(&hash) {
-        return Ok(user);
+    match state.tokens.get(&hash) {
+        Some(Cached::User(user)) => return Ok(user),
+        Some(Cached::Unknown) => return Err(ApiError::Unauthorized),
+        None => {}
     }
+    let Some(permit) = state.tokens.permit(&hash) else {
+        metrics::counter!(LOOKUPS_SHED).increment(1);
+        return Err(ApiError::TooManyTokenLookups);
+    };
     let user = web::block(move || -> Result<Option<String>, ApiError> {
         let mut pooled = state.pool.get()?;
-        let user = auth::user_of_hash(&mut pooled.conn(), &hash)?;
-        if let Some(user) = &user {
-            state.tokens.insert(&hash, user);
-        }
-        Ok(user)
+        Ok(state.tokens.look_up(permit, &hash, || {
+            auth::user_of_hash(&mut pooled.conn(), &hash)
+        })?)
     })
     .await??;
     user.ok_or(ApiError::Unauthorized)
 }
+
+/// Requests answered `503` because as many lookups of tokens never seen
+/// live as the bound allows were running.
+pub const LOOKUPS_SHED: &str = "orders_api_token_lookups_shed_total";
 
 fn bearer_token(req: &ServiceRequest) -> Option<String> {
     let mut values = req.headers().get_all(header::AUTHORIZATION);
