@@ -7,8 +7,10 @@
 //! - a connection lost during `COMMIT` answers `503`: the outcome is
 //!   unknown, and the retry with the same key replays the order when it
 //!   committed;
-//! - a commit waiting for a synchronous standby is never acknowledged
-//!   before the standby confirms it, however long past the lease it waits.
+//! - a commit waiting for a synchronous standby is waited for, however long
+//!   past the lease, and acknowledged only once it completes: no timeout of
+//!   the service cuts the wait short into a local-only commit answered
+//!   `201`.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -253,7 +255,12 @@ crate::postgres_only! {
 }
 
 crate::postgres_only! {
-    fn a_commit_waiting_for_a_synchronous_standby_is_not_acknowledged_past_the_lease() {
+    /// The contract (a commit already under way is waited for, and no
+    /// timeout of the service's turns a cancelled commit into an
+    /// acknowledgement): a commit that waits for a synchronous standby is
+    /// still unanswered well past the lease, still waiting, and is answered
+    /// `201` once it completes — after the lease, as the contract wants.
+    fn a_commit_waiting_for_a_synchronous_standby_is_waited_for_past_the_lease_and_acknowledged_only_once_it_completes() {
         // A server of this test's own, durable, whose commits will wait for a
         // synchronous standby that never connects.
         let cluster = PrivateCluster::start_with_server_options("-c synchronous_commit=on");
