@@ -214,9 +214,10 @@ crate::postgres_only! {
     /// connection for the wait, and gets its replay". PostgreSQL, across
     /// ledgers (as across processes: the holder's key is not in the server's
     /// own in-flight set): the duplicate finds the advisory lock taken, rolls
-    /// back and looks again later — no session of it waits on a lock — and
-    /// replays the holder's answer once that commits, here after 3 s, longer
-    /// than the 2 s lock wait after which it used to be refused `409`.
+    /// back and looks again later — no session of it waits on a lock (a
+    /// session that did would show it in `pg_stat_activity` at once, and be
+    /// refused `409` when `lock_timeout` fired) — and replays the holder's
+    /// answer once that commits.
     fn a_duplicate_of_a_claim_held_elsewhere_waits_without_a_lock_and_replays_the_holders_answer() {
         let app = TestApp::spawn(orders_api::db::Backend::Postgres);
         let body = order_body("Widget", 2, "9.99");
@@ -225,12 +226,20 @@ crate::postgres_only! {
         let (held, waiting) = std::thread::scope(|s| {
             let (held, waiting) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
                 let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
-                std::thread::sleep(Duration::from_secs(3));
+                // The duplicate tried the key's lock and let its session go
+                // (idle after the try) — or it waits on a lock.
+                crate::process::wait_for_session_where(
+                    &app.db.url,
+                    "(state = 'idle' AND query LIKE '%pg_try_advisory_xact_lock%') \
+                     OR wait_event_type = 'Lock'",
+                    Duration::from_secs(30),
+                );
                 assert_eq!(
                     crate::process::pg_sessions_where(&app.db.url, "wait_event_type = 'Lock'"),
                     0,
                     "the duplicate waits on a lock"
                 );
+                assert!(!waiting.is_finished(), "the duplicate did not wait for the holder");
                 assert_eq!(app.order_count(), 0, "the waiting request created nothing");
                 waiting
             });
@@ -248,21 +257,49 @@ crate::postgres_only! {
     }
 }
 
+/// SQLite's own default busy timeout: a writer that waited only this long
+/// for another connection's write lock would fail ("database is locked").
+const SQLITE_DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// SPEC §4: "…or, where the server chooses to wait briefly for the first to
-/// finish, its replay. Never a second execution, never a 5xx." SQLite only:
-/// the duplicate waits for the file's write lock for as long as the holder
-/// may keep it (its lease), then replays — even when the holder keeps it
-/// longer than SQLite's usual 5 s busy timeout.
+/// finish, its replay. Never a second execution, never a 5xx." SQLite only,
+/// across processes: the key is held by a writer outside the server (a pool
+/// of the test's own on the same file: its own connection, holding
+/// `BEGIN IMMEDIATE` with the create inside), so the server's writer waits
+/// on SQLite's file lock — for as long as the holder may keep it (its
+/// lease), longer than SQLite's default busy timeout — then replays the
+/// holder's answer. (Held through the server's own writer, as this test
+/// once was, the request only queued behind it and never met the lock.)
 #[test]
-fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_answer() {
+fn on_sqlite_a_request_whose_key_is_held_elsewhere_waits_on_the_file_lock_past_the_busy_timeout_and_replays()
+ {
     let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
     let request = CreateRequest::new("held-key", &order_body("Widget", 2, "9.99"));
+    // Another process's writer, as far as the server can tell.
+    let elsewhere = pool(&app.db, Duration::from_secs(30));
+    let ledger = Ledger::new(DAY, Duration::from_secs(30), WAIT);
 
     let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
+        let (held, waiting) = with_key_held(&elsewhere, ledger, &request, || {
+            assert!(
+                app.pool.writer_stats().is_none(),
+                "the server has written already"
+            );
             let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
-            // Longer than SQLite's default busy timeout, well within the lease.
-            std::thread::sleep(Duration::from_secs(6));
+            // The request reached the server's writer, whose transaction
+            // waits for the file's write lock ...
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while app.pool.writer_stats().is_none() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the request never reached the writer"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // ... held from here for longer than SQLite's default busy
+            // timeout: this duration is what the test is about.
+            std::thread::sleep(SQLITE_DEFAULT_BUSY_TIMEOUT + Duration::from_secs(1));
+            assert!(!waiting.is_finished(), "answered while the file was locked");
             waiting
         });
         // The holder has committed; now the waiting request can finish.
