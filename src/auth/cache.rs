@@ -23,15 +23,21 @@
 //! **Lookups.** A token this process never saw live (a flood of random
 //! tokens is all such) is looked up only while fewer than
 //! [`TokenCache::max_first_lookups`] such lookups run; past that the
-//! request is answered `503` with `Retry-After` at once, before it takes a
-//! blocking thread or a database connection. A token seen live before is
-//! looked up again (once its time to live is over) outside that bound, so
-//! a flood of unknown tokens never keeps a known one out.
+//! request waits its turn — holding no blocking thread and no database
+//! connection — at most the wait it is given (the connection timeout), and
+//! is answered `503` with `Retry-After` when its turn has not come. A token
+//! seen live before is looked up again (once its time to live is over)
+//! outside that bound, so a flood of unknown tokens never keeps a known one
+//! out; and a request that waited finds the answer a lookup of its token
+//! remembered meanwhile, so a burst of requests with one new token costs
+//! one lookup or two, not one each.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The most tokens remembered at once, live and unknown each; past that the
 /// expired ones, then all of that kind, are forgotten.
@@ -89,8 +95,8 @@ pub struct TokenCache {
     remembered: Mutex<Remembered>,
     /// Numbers the lookups in the order they began.
     lookups_begun: AtomicU64,
-    /// Lookups of tokens never seen live, running now.
-    first_lookups: Arc<AtomicUsize>,
+    /// One permit per lookup of a token never seen live that may run at once.
+    first_lookups: Arc<Semaphore>,
     max_first_lookups: usize,
 }
 
@@ -106,16 +112,9 @@ impl std::fmt::Debug for TokenCache {
 /// The right to look one token up; dropping it frees its place.
 #[derive(Debug)]
 pub struct LookupPermit {
-    /// The count it holds a place in: `None` for a token seen live before.
-    first: Option<Arc<AtomicUsize>>,
-}
-
-impl Drop for LookupPermit {
-    fn drop(&mut self) {
-        if let Some(first) = &self.first {
-            first.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
+    /// Its place among the lookups of tokens never seen live: `None` for a
+    /// token seen live before.
+    _first: Option<OwnedSemaphorePermit>,
 }
 
 impl TokenCache {
@@ -132,7 +131,7 @@ impl TokenCache {
             clock,
             remembered: Mutex::default(),
             lookups_begun: AtomicU64::new(0),
-            first_lookups: Arc::default(),
+            first_lookups: Arc::new(Semaphore::new(max_first_lookups.max(1))),
             max_first_lookups: max_first_lookups.max(1),
         }
     }
@@ -162,25 +161,37 @@ impl TokenCache {
             .map(|_| Cached::Unknown)
     }
 
-    /// The right to look `token_hash` up in the database: at once for a
-    /// token seen live before; for any other, only while fewer than
+    /// The right to look `token_hash` up in the database, now: at once for
+    /// a token seen live before; for any other, only while fewer than
     /// [`TokenCache::max_first_lookups`] such lookups run (`None` past it).
-    pub fn permit(&self, token_hash: &str) -> Option<LookupPermit> {
-        let seen_live = self
-            .remembered
-            .lock()
-            .is_ok_and(|r| r.live.contains_key(token_hash));
-        if seen_live {
-            return Some(LookupPermit { first: None });
+    pub fn try_permit(&self, token_hash: &str) -> Option<LookupPermit> {
+        if self.seen_live(token_hash) {
+            return Some(LookupPermit { _first: None });
         }
-        self.first_lookups
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max_first_lookups).then_some(n + 1)
-            })
-            .ok()?;
+        let first = Arc::clone(&self.first_lookups).try_acquire_owned().ok()?;
         Some(LookupPermit {
-            first: Some(Arc::clone(&self.first_lookups)),
+            _first: Some(first),
         })
+    }
+
+    /// [`TokenCache::try_permit`], or else its turn among the lookups of
+    /// tokens never seen live, waited for (holding nothing but the task) at
+    /// most `wait`: `None` when it did not come.
+    pub async fn permit(&self, token_hash: &str, wait: Duration) -> Option<LookupPermit> {
+        if let Some(permit) = self.try_permit(token_hash) {
+            return Some(permit);
+        }
+        let first = Arc::clone(&self.first_lookups).acquire_owned();
+        let first = tokio::time::timeout(wait, first).await.ok()?.ok()?;
+        Some(LookupPermit {
+            _first: Some(first),
+        })
+    }
+
+    fn seen_live(&self, token_hash: &str) -> bool {
+        self.remembered
+            .lock()
+            .is_ok_and(|r| r.live.contains_key(token_hash))
     }
 
     /// Looks `token_hash` up with `read` (the database's answer: its live
@@ -203,10 +214,9 @@ impl TokenCache {
         Ok(user)
     }
 
+    /// Remembers an answer (even without a time to live: an entry that
+    /// has expired still says the token was live once).
     fn remember(&self, token_hash: &str, user: Option<&str>, began: u64, expires: Instant) {
-        if self.ttl.is_zero() {
-            return;
-        }
         let Ok(mut remembered) = self.remembered.lock() else {
             return;
         };
@@ -362,10 +372,10 @@ mod tests {
         let cache = TestClock::new().cache(TTL);
         let hash = db.hash();
 
-        let first = cache.look_up(cache.permit(&hash).unwrap(), &hash, || {
+        let first = cache.look_up(cache.try_permit(&hash).unwrap(), &hash, || {
             let live = db.read();
             db.revoke();
-            let second = cache.look_up(cache.permit(&hash).unwrap(), &hash, || db.read());
+            let second = cache.look_up(cache.try_permit(&hash).unwrap(), &hash, || db.read());
             assert_eq!(second.unwrap(), None, "the second lookup reads it revoked");
             assert_eq!(cache.get(&hash), Some(Cached::Unknown));
             live
@@ -396,7 +406,7 @@ mod tests {
         let cache = clock.cache(TTL);
         let hash = db.hash();
 
-        let read = cache.look_up(cache.permit(&hash).unwrap(), &hash, || {
+        let read = cache.look_up(cache.try_permit(&hash).unwrap(), &hash, || {
             let live = db.read();
             db.revoke();
             clock.advance(TTL);
@@ -405,7 +415,7 @@ mod tests {
 
         assert_eq!(read.unwrap().as_deref(), Some("alice"));
         assert_eq!(cache.get(&hash), None, "a revoked token outlived the bound");
-        let again = cache.look_up(cache.permit(&hash).unwrap(), &hash, || db.read());
+        let again = cache.look_up(cache.try_permit(&hash).unwrap(), &hash, || db.read());
         assert_eq!(again.unwrap(), None);
         assert_eq!(cache.get(&hash), Some(Cached::Unknown));
     }
@@ -416,7 +426,7 @@ mod tests {
         let cache = clock.cache(TTL);
         let remember = |hash: &str, user: Option<&str>| {
             let user = user.map(str::to_owned);
-            let permit = cache.permit(hash).unwrap();
+            let permit = cache.try_permit(hash).unwrap();
             cache.look_up(permit, hash, || Ok::<_, ()>(user)).unwrap();
         };
         remember("h", Some("alice"));
@@ -430,14 +440,18 @@ mod tests {
         assert_eq!((cache.get("h"), cache.get("u")), (None, None));
     }
 
+    /// Without a time to live every request is looked up, and a token seen
+    /// live is still known: its lookups are never kept out by the bound.
     #[test]
-    fn a_zero_time_to_live_remembers_nothing() {
+    fn a_zero_time_to_live_answers_nothing_from_memory_but_still_knows_a_live_token() {
         let cache = TokenCache::new(Duration::ZERO, 1);
-        let permit = cache.permit("h").unwrap();
+        let permit = cache.try_permit("h").unwrap();
         cache
             .look_up(permit, "h", || Ok::<_, ()>(Some("alice".into())))
             .unwrap();
         assert_eq!(cache.get("h"), None);
+        let _flood = cache.try_permit("random").unwrap();
+        assert!(cache.try_permit("h").is_some());
     }
 
     /// Lookups of tokens never seen live are bounded; a token seen live
@@ -447,7 +461,7 @@ mod tests {
     fn lookups_of_tokens_never_seen_live_are_bounded_and_a_known_token_is_never_kept_out() {
         let clock = TestClock::new();
         let cache = clock.cache(TTL);
-        let known = cache.permit("known").unwrap();
+        let known = cache.try_permit("known").unwrap();
         cache
             .look_up(known, "known", || Ok::<_, ()>(Some("alice".into())))
             .unwrap();
@@ -459,15 +473,38 @@ mod tests {
         );
 
         let flood: Vec<LookupPermit> = (0..cache.max_first_lookups())
-            .map(|i| cache.permit(&format!("random-{i}")).unwrap())
+            .map(|i| cache.try_permit(&format!("random-{i}")).unwrap())
             .collect();
-        assert!(cache.permit("random-more").is_none(), "past the bound");
+        assert!(cache.try_permit("random-more").is_none(), "past the bound");
         assert!(
-            cache.permit("known").is_some(),
+            cache.try_permit("known").is_some(),
             "a known token is never kept out"
         );
         drop(flood);
-        assert!(cache.permit("random-more").is_some());
+        assert!(cache.try_permit("random-more").is_some());
+    }
+
+    /// Past the bound a lookup waits its turn, and gets it when a running
+    /// one ends; one whose wait is over gets none.
+    #[test]
+    fn a_lookup_past_the_bound_waits_its_turn_for_at_most_its_wait() {
+        actix_web::rt::System::new().block_on(async {
+            let cache = TokenCache::new(TTL, 1);
+            let running = cache.try_permit("a").unwrap();
+            assert!(cache.permit("b", Duration::ZERO).await.is_none(), "no turn");
+
+            let waiting = cache.permit("b", Duration::from_secs(60));
+            let release = async {
+                // The waiter is queued by now; the running lookup ends.
+                actix_web::rt::task::yield_now().await;
+                drop(running);
+            };
+            let (turn, ()) = futures_util::future::join(waiting, release).await;
+            assert!(
+                turn.is_some(),
+                "its turn came when the running lookup ended"
+            );
+        });
     }
 
     #[test]
@@ -475,7 +512,7 @@ mod tests {
         let cache = TokenCache::new(Duration::from_secs(60), 1);
         let remember = |hash: &str, user: Option<&str>| {
             let user = user.map(str::to_owned);
-            let permit = cache.permit(hash).unwrap();
+            let permit = cache.try_permit(hash).unwrap();
             cache.look_up(permit, hash, || Ok::<_, ()>(user)).unwrap();
         };
         remember("alice", Some("alice"));

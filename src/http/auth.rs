@@ -35,8 +35,9 @@ pub async fn require_bearer<B: MessageBody>(
 /// The token's user: from the [`auth::cache::TokenCache`] when the database
 /// answered for the token moments ago, else from the database (and
 /// remembered). A lookup needs a permit first: past the bound on lookups of
-/// tokens never seen live, `503` at once, before it takes a blocking thread
-/// or a connection.
+/// tokens never seen live, the request waits its turn — holding no blocking
+/// thread and no connection — at most the connection timeout, then `503`;
+/// a lookup of its token may have answered meanwhile.
 async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     let token = bearer_token(req).ok_or(ApiError::Unauthorized)?;
     let state = req
@@ -44,15 +45,21 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
         .cloned()
         .ok_or_else(|| ApiError::Internal("application state missing".into()))?;
     let hash = auth::hash_token(&token);
-    match state.tokens.get(&hash) {
-        Some(Cached::User(user)) => return Ok(user),
-        Some(Cached::Unknown) => return Err(ApiError::Unauthorized),
-        None => {}
+    let remembered = |state: &AppState| match state.tokens.get(&hash) {
+        Some(Cached::User(user)) => Some(Ok(user)),
+        Some(Cached::Unknown) => Some(Err(ApiError::Unauthorized)),
+        None => None,
+    };
+    if let Some(answer) = remembered(&state) {
+        return answer;
     }
-    let Some(permit) = state.tokens.permit(&hash) else {
+    let Some(permit) = state.tokens.permit(&hash, state.connection_timeout).await else {
         metrics::counter!(LOOKUPS_SHED).increment(1);
         return Err(ApiError::TooManyTokenLookups);
     };
+    if let Some(answer) = remembered(&state) {
+        return answer;
+    }
     let user = web::block(move || -> Result<Option<String>, ApiError> {
         let mut pooled = state.pool.get()?;
         Ok(state.tokens.look_up(permit, &hash, || {
@@ -64,7 +71,7 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
 }
 
 /// Requests answered `503` because as many lookups of tokens never seen
-/// live as the bound allows were running.
+/// live as the bound allows were running, for as long as they could wait.
 pub const LOOKUPS_SHED: &str = "orders_api_token_lookups_shed_total";
 
 fn bearer_token(req: &ServiceRequest) -> Option<String> {

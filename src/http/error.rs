@@ -65,9 +65,10 @@ pub enum ApiError {
     /// the common answer.
     #[error("the service is handling as many writes as it admits at once; retry shortly")]
     Overloaded,
-    /// Refused at the door: this process already looks up as many tokens
-    /// it never saw live as it may at once (a quarter of the pool). Counted,
-    /// not logged: under a flood of unknown tokens it is the common answer.
+    /// Refused at the door: this process looked up as many tokens it never
+    /// saw live as it may at once (a quarter of the pool) for as long as the
+    /// request could wait its turn. Counted, not logged: under a flood of
+    /// unknown tokens it is the common answer.
     #[error("the service is checking as many unfamiliar tokens as it may at once; retry shortly")]
     TooManyTokenLookups,
     /// The cause is logged, never sent.
