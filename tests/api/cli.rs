@@ -718,7 +718,7 @@ crate::postgres_only! {
         let token = crate::process::create_token(&pool, "alice");
         drop(pool);
         let server = ServerProcess::start_with_env(&url, &[], &[("RUST_LOG", "trace")]);
-        let client = crate::process::Client::new(&server.address(), &token, Duration::from_secs(30));
+        let client = crate::net::Client::new(&server.address(), &token, Duration::from_secs(30));
         assert_eq!(client.call("GET", "/v1/orders", None, None).unwrap().status, 200);
 
         db.as_admin("ALTER DATABASE {db} ALLOW_CONNECTIONS false");

@@ -10,8 +10,9 @@ use orders_api::db::{Backend, Pool};
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::net::Client;
 use crate::process::{
-    Client, HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
+    HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
     prepare, wait_for_no_session_where, wait_for_session_where,
 };
 

@@ -13,7 +13,7 @@
 //!   `201`.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use diesel::{Connection, PgConnection, RunQueryDsl};
 use orders_api::db::{Backend, DatabaseUrl};
 
 use crate::helpers::*;
+use crate::net::Front;
 use crate::outage::PrivateCluster;
 use crate::process::{order_id_for_key, pg_sessions_where, wait_for_session_where};
 
@@ -84,7 +85,7 @@ crate::postgres_only! {
 /// the service cannot know it. (`proxy.rs` is an HTTP front, one request per connection; this
 /// relays PostgreSQL's own protocol, so it is a different tool.)
 struct CommitCutter {
-    port: u16,
+    front: Front,
     armed: Arc<AtomicBool>,
 }
 
@@ -147,20 +148,14 @@ impl CommitWatch {
 
 impl CommitCutter {
     fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
-        let port = listener.local_addr().expect("relay address").port();
         let armed = Arc::new(AtomicBool::new(false));
         let arm = armed.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
+        let front = Front::start(move |client, _| {
+            if let Ok(server) = TcpStream::connect(&upstream) {
                 Self::relay(client, server, arm.clone());
             }
         });
-        Self { port, armed }
+        Self { front, armed }
     }
 
     fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>) {
@@ -234,7 +229,7 @@ crate::postgres_only! {
     fn a_connection_lost_during_commit_answers_503_and_the_retry_with_the_same_key_replays_the_order() {
         let db = TestDb::fresh(Backend::Postgres);
         let cutter = CommitCutter::start(db.url.as_str()[authority(&db.url)].to_owned());
-        let relayed = through(&db.url, cutter.port);
+        let relayed = through(&db.url, cutter.front.port);
         let app = TestApp::spawn_on(db, |s| s.database_url = relayed);
         let body = order_body("Widget", 3, "4.00");
 
@@ -276,7 +271,7 @@ crate::postgres_only! {
         let body = order_body("Widget", 1, "1.00");
         let request_body = body.clone();
         std::thread::spawn(move || {
-            let client = crate::process::Client::new(&address, &token, Duration::from_secs(120));
+            let client = crate::net::Client::new(&address, &token, Duration::from_secs(120));
             let _ = tx.send(client.post_order("sync-wait", &request_body));
         });
         // The request's COMMIT waits for the standby ...

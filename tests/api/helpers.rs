@@ -258,7 +258,7 @@ pub struct TestApp {
     /// The server's own pool, for assertions on the stored state.
     pub pool: Pool,
     pub settings: Settings,
-    agent: ureq::Agent,
+    client: crate::net::Client,
     handle: Option<ServerHandle>,
     thread: Option<JoinHandle<()>>,
     // Dropped last: the database outlives the server.
@@ -299,12 +299,13 @@ impl TestApp {
         let (port, handle) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("server started");
+        let address = format!("http://127.0.0.1:{port}");
         let mut app = Self {
-            address: format!("http://127.0.0.1:{port}"),
+            client: crate::net::Client::anonymous(&address, Duration::from_secs(60)),
+            address,
             token: String::new(),
             pool,
             settings,
-            agent: agent(),
             handle: Some(handle),
             thread: Some(thread),
             db,
@@ -319,7 +320,8 @@ impl TestApp {
         orders_api::auth::create(&mut pooled.conn(), user_id).expect("create key")
     }
 
-    /// Any request, with the caller's headers only.
+    /// Any request, with the caller's headers only. Panics when no whole
+    /// answer arrived ([`crate::net::Client`] reports that instead).
     pub fn request(
         &self,
         method: &str,
@@ -327,13 +329,9 @@ impl TestApp {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> TestResponse {
-        send(
-            &self.agent,
-            method,
-            &format!("{}{path}", self.address),
-            headers,
-            body,
-        )
+        self.client
+            .request(method, path, headers, body)
+            .expect("the server answered")
     }
 
     /// A request as a well-behaved client sends it: alice's token, and JSON
@@ -356,15 +354,9 @@ impl TestApp {
         key: Option<&str>,
         body: Option<&str>,
     ) -> TestResponse {
-        let auth = format!("Bearer {token}");
-        let mut headers = vec![("Authorization", auth.as_str())];
-        if let Some(key) = key {
-            headers.push(("Idempotency-Key", key));
-        }
-        if body.is_some() {
-            headers.push(("Content-Type", "application/json"));
-        }
-        self.request(method, path, &headers, body)
+        self.client
+            .call_as(token, method, path, key, body)
+            .expect("the server answered")
     }
 
     pub fn post_order(&self, key: Option<&str>, body: &str) -> TestResponse {
@@ -392,23 +384,6 @@ impl Drop for TestApp {
             let _ = thread.join();
         }
     }
-}
-
-/// An HTTP client that hands every status back instead of failing on 4xx/5xx.
-pub fn agent() -> ureq::Agent {
-    crate::process::agent(Duration::from_secs(60))
-}
-
-/// One request with `agent`; the whole response read. Panics when no whole
-/// answer arrived ([`crate::process::try_send`] reports that instead).
-pub fn send(
-    agent: &ureq::Agent,
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> TestResponse {
-    crate::process::try_send(agent, method, url, headers, body).expect("the server answered")
 }
 
 /// A response, read whole: the runner's [`orders_atk::wire::Response`]

@@ -219,7 +219,11 @@ crate::postgres_only! {
     /// refused `409` when `lock_timeout` fired) — and replays the holder's
     /// answer once that commits.
     fn a_duplicate_of_a_claim_held_elsewhere_waits_without_a_lock_and_replays_the_holders_answer() {
-        let app = TestApp::spawn(orders_api::db::Backend::Postgres);
+        // Waiting far longer than the test holds the key: however slow the
+        // machine, the duplicate is still waiting when it is looked at.
+        let app = TestApp::spawn_with(orders_api::db::Backend::Postgres, |s| {
+            s.idempotency_wait_secs = 120;
+        });
         let body = order_body("Widget", 2, "9.99");
         let request = CreateRequest::new("held-key", &body);
 

@@ -12,8 +12,9 @@ use diesel::{Connection, PgConnection, RunQueryDsl};
 use orders_api::db::DatabaseUrl;
 
 use crate::helpers::*;
+use crate::net::Client;
 use crate::process::{
-    Client, ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
+    ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
 };
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster.sh");
