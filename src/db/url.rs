@@ -241,18 +241,26 @@ fn without_gss_unless_asked(url: &str) -> String {
 
 /// Why a PostgreSQL URL is refused when it cannot be told where its user
 /// name and password end; it never repeats the URL, which holds them.
-const AMBIGUOUS_CREDENTIALS: &str = "DATABASE_URL has an '@' after its host, or a '?' in its \
-     user name or password, so it cannot be told where the password ends: percent-encode \
+const AMBIGUOUS_CREDENTIALS: &str = "DATABASE_URL has an '@' where libpq would not end a user \
+     name and password with it, so it cannot be told where the password ends: percent-encode \
      '@', '/', '?' and '#' in a user name or password (%40, %2F, %3F, %23)";
+
+/// Why a PostgreSQL URL is refused when a host's port is not a number
+/// (libpq would quote it, and it may be a password missing its `@HOST`).
+const PORT_NOT_A_NUMBER: &str = "a port in DATABASE_URL is not a number: write \
+     postgres://USER[:PASSWORD]@HOST[:PORT]/DB, percent-encoding '@', '/', '?' and '#' in a \
+     user name or password (%40, %2F, %3F, %23)";
 
 /// A PostgreSQL URL as messages show it (every password replaced by `***`)
 /// and the passwords it carries (as typed and decoded, longest first), read
 /// the way libpq reads it: the user name and password end at the first `@`
 /// before any `/`, and a query parameter whose name, percent-decoded, ends
-/// in `password` (`password`, `sslpassword`; any case) holds one. A URL that
-/// libpq could read otherwise than this (an `@` past the host), or that
-/// libpq would refuse with its text in the message (a `%` that does not
-/// start an escape), is refused here, in words that do not repeat it.
+/// in `password` (`password`, `sslpassword`; any case) holds one. A URL
+/// whose password libpq could read otherwise than its writer meant (an `@`
+/// past the host, or an `USER:PASS…@` that a `/` or `?` inside kept libpq
+/// from reading as credentials), or that libpq would refuse quoting a part
+/// of it (a `%` that starts no escape, a port that is not a number), is
+/// refused here, in words that do not repeat it.
 fn redact(url: &str) -> Result<(String, Vec<String>), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Ok((url.to_owned(), Vec::new()));
@@ -266,8 +274,19 @@ fn redact(url: &str) -> Result<(String, Vec<String>), String> {
         Some((location, query)) => (location, Some(query)),
         None => (after, None),
     };
-    if location.contains('@') || credentials.is_some_and(|c| c.contains('?')) {
+    // Without credentials by libpq's rule, an `@` after text that looks
+    // like `USER:PASS` (a `:` and no `=` before it) ends credentials that a
+    // `/` or `?` in the password hid from libpq.
+    let hidden_credentials = credentials.is_none()
+        && rest
+            .find('@')
+            .is_some_and(|at| rest[..at].contains(':') && !rest[..at].contains('='));
+    if location.contains('@') || credentials.is_some_and(|c| c.contains('?')) || hidden_credentials
+    {
         return Err(AMBIGUOUS_CREDENTIALS.into());
+    }
+    if !ports_are_numbers(location) {
+        return Err(PORT_NOT_A_NUMBER.into());
     }
     let mut shown = format!("{scheme}://");
     if let Some(credentials) = credentials {
@@ -296,8 +315,15 @@ fn redact(url: &str) -> Result<(String, Vec<String>), String> {
     if let Some(query) = query {
         shown.push('?');
         let mut parameters = Vec::new();
-        for parameter in query.split('&') {
-            let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+        for parameter in query.split('&').filter(|_| !query.is_empty()) {
+            // libpq refuses it quoting it whole: an unencoded `&` in a password.
+            let Some((name, value)) = parameter.split_once('=') else {
+                return Err(
+                    "a parameter in DATABASE_URL's query has no '=': percent-encode \
+                            '&' and '=' in a value (%26, %3D)"
+                        .into(),
+                );
+            };
             let (Some(decoded_name), Some(decoded_value)) =
                 (percent_decoded(name), percent_decoded(value))
             else {
@@ -321,6 +347,22 @@ fn redact(url: &str) -> Result<(String, Vec<String>), String> {
     secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
     secrets.dedup();
     Ok((shown, secrets))
+}
+
+/// Whether every port of the hosts that start `location` (`HOST[:PORT]`,
+/// comma-separated, IPv6 addresses in brackets) is empty or a number.
+fn ports_are_numbers(location: &str) -> bool {
+    let hosts = location.split('/').next().unwrap_or_default();
+    hosts.split(',').all(|host| {
+        let after_address = match host.rfind(']') {
+            Some(end) => &host[end + 1..],
+            None => host,
+        };
+        match after_address.rsplit_once(':') {
+            Some((_, port)) => port.bytes().all(|b| b.is_ascii_digit()),
+            None => true,
+        }
+    })
 }
 
 /// `text` percent-decoded as libpq decodes a URL's parts (a `+` stays a
@@ -540,6 +582,12 @@ mod tests {
             "postgres://u:S3c%00ret@h/db",
             "postgres://u@h/db?password=S3c%2",
             "postgres://u@h/db?p%7password=S3cret",
+            "postgres://u:S3c/r?et@h/db",
+            "postgres://u:S3c?r/et@h/db",
+            "postgres://:S3c/0%?A?@?",
+            "postgres://u:S3cret/db",
+            "postgres://h1:1,u:S3cret/db",
+            "postgres://u@h/db?password=S3&cret",
         ] {
             let err = DatabaseUrl::parse(raw).unwrap_err();
             assert!(!err.contains("S3c"), "{raw}: {err}");
