@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use orders_api::db::{self, DatabaseUrl, Pool, PoolOptions};
+use orders_api::db::{self, DatabaseUrl, PoolOptions};
 
 const USER: &str = "failover";
 /// Writes must succeed again within this long after the new primary is
@@ -74,13 +74,14 @@ fn main() {
 
     db::run_migrations(&url).expect("migrations");
     let token = {
-        let pool = Pool::connect(
+        let pool = orders_api::db::connect(
             &url,
             &PoolOptions {
                 max_size: 1,
                 connection_timeout: Duration::from_secs(10),
                 lease: Duration::from_secs(30),
                 write_queue: 16,
+                shown: "the test database".into(),
             },
         )
         .expect("pool");

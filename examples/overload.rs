@@ -18,8 +18,8 @@ mod rss;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use orders_api::db::{self, DatabaseUrl, Pool};
-use orders_api::http::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use orders_api::db::{self, DatabaseUrl};
 
 fn main() {
     let bin = std::env::var_os("ORDERS_API_BIN")
@@ -53,7 +53,7 @@ fn main() {
     let parsed = DatabaseUrl::parse(&url).expect("database URL");
     db::run_migrations(&parsed).expect("migrations");
     let token = {
-        let pool = Pool::connect(
+        let pool = orders_api::db::connect(
             &parsed,
             &orders_api::config::Settings::for_database(parsed.clone()).pool_options(),
         )

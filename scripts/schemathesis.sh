@@ -2,12 +2,12 @@
 # Contract tests: schemathesis against a live orders-api over its own
 # /openapi.json, with a bearer token, on a fresh SQLite file.
 #
-# Every check runs except two whose premise the contract (SPEC.md) rejects:
+# Every check runs except two whose premise the contract (docs/CONTRACT.md) rejects:
 #   positive_data_acceptance  JSON Schema calls 1.0 an integer and 0.30000000000000004
-#                             a number, but SPEC §3 requires quantity to be an integer
+#                             a number, but CONTRACT §3 requires quantity to be an integer
 #                             literal and price a whole number of cents: some
 #                             schema-valid bodies must be answered 422;
-#   use_after_free            DELETE cancels an order (SPEC §3): it stays readable,
+#   use_after_free            DELETE cancels an order (CONTRACT §3): it stays readable,
 #                             with status "cancelled", instead of answering 404.
 # Anything else schemathesis finds is a bug to fix in the code.
 #

@@ -99,6 +99,7 @@ impl DatabaseArgs {
             connection_timeout: Duration::from_secs(DEFAULT_DB_TIMEOUT_SECS),
             lease: Duration::from_secs(DEFAULT_LEASE_SECS),
             write_queue: crate::db::writer::DEFAULT_QUEUE_CAPACITY,
+            shown: self.database_url.to_string(),
         }
     }
 }

@@ -64,7 +64,7 @@ pub fn execute(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
             database
                 .database_url
                 .require_existing("`orders-api purge`")?;
-            let pool = Pool::connect(&database.database_url, &database.one_connection())?;
+            let pool = db::connect(&database.database_url, &database.one_connection())?;
             let purged = startup::purge_all(&pool).map_err(database_error)?;
             writeln!(out, "{purged}")?;
             Ok(())
@@ -76,7 +76,7 @@ pub fn execute(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
 
 fn serve(settings: &Settings) -> Result<(), CliError> {
     let applied = db::run_migrations(&settings.database_url)?;
-    let pool = Pool::connect(&settings.database_url, &settings.pool_options())?;
+    let pool = db::connect(&settings.database_url, &settings.pool_options())?;
     actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings, pool.clone())?;
         // Only once the port is ours: a token printed by a server that then
@@ -174,7 +174,7 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
 /// when none is pending) and opens one connection.
 fn open(database: &DatabaseArgs) -> Result<Pool, CliError> {
     db::run_migrations(&database.database_url)?;
-    Ok(Pool::connect(
+    Ok(db::connect(
         &database.database_url,
         &database.one_connection(),
     )?)

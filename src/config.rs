@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::db::{DatabaseUrl, PoolOptions};
-use crate::http::admission::DEFAULT_WRITE_ADMISSION;
-use crate::idempotency::Ledger;
+use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::{DEFAULT_WAITERS_PER_KEY, Ledger};
+
+use crate::db::{DatabaseUrl, Pool, PoolOptions};
 
 /// `DATABASE_URL`'s default: a file in the current folder.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
@@ -34,7 +35,8 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub retention_secs: u64,
 
-    /// How long one request may hold its key's claim, in seconds.
+    /// How long a request's unit of writing may hold its key, in seconds:
+    /// past it, it is rolled back, records nothing and is answered 503.
     #[arg(long = "lease-secs", env = "IDEMPOTENCY_LEASE_SECS", default_value_t = DEFAULT_LEASE_SECS,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,
@@ -84,8 +86,9 @@ pub struct Settings {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub write_queue: u32,
 
-    /// How many mutations this process runs or lets wait at once; past it a
-    /// mutation is answered 503 with Retry-After at once, its key untouched.
+    /// How many writes this process runs or queues at once (a replay, a
+    /// refusal and a duplicate waiting for its key take none); past it a
+    /// write is answered 503 with Retry-After at once, its key untouched.
     #[arg(long = "write-admission", env = "WRITE_ADMISSION", default_value_t = DEFAULT_WRITE_ADMISSION,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub write_admission: u32,
@@ -208,14 +211,22 @@ impl Settings {
             connection_timeout: Duration::from_secs(self.db_timeout_secs),
             lease: Duration::from_secs(self.lease_secs),
             write_queue: usize::try_from(self.write_queue).unwrap_or(usize::MAX),
+            shown: self.database_url.to_string(),
         }
     }
 
-    pub fn ledger(&self) -> Ledger {
+    /// The idempotency ledger of this process, writing through `pool`.
+    pub fn ledger(&self, pool: Pool) -> Ledger {
         Ledger::new(
-            Duration::from_secs(self.retention_secs),
-            Duration::from_secs(self.lease_secs),
-            Duration::from_secs(self.idempotency_wait_secs),
+            pool,
+            idempotency_ledger::Settings {
+                retention: Duration::from_secs(self.retention_secs),
+                lease: Duration::from_secs(self.lease_secs),
+                wait: Duration::from_secs(self.idempotency_wait_secs),
+                waiters_per_key: DEFAULT_WAITERS_PER_KEY,
+                write_admission: self.write_admission,
+                connection_timeout: Duration::from_secs(self.db_timeout_secs),
+            },
         )
     }
 

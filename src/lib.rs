@@ -1,9 +1,11 @@
 //! orders-api: a reference implementation of the `Idempotency-Key` pattern.
 //!
-//! - [`idempotency`]: the generic ledger (knows nothing of orders);
-//! - [`orders`]: the orders domain;
-//! - [`http`]: routes, authentication, bodies, errors;
-//! - [`db`]: backends, pool, migrations; [`auth`]: API keys;
+//! - [`orders`]: the orders domain, whose mutations run inside the
+//!   idempotency ledger ([`idempotency_ledger`], a crate of its own under
+//!   `crates/`, which knows nothing of orders);
+//! - [`http`]: routes, authentication, bodies, errors, and the one way a
+//!   mutating route runs ([`http::mutation`]);
+//! - [`db`]: which backend, migrations, the server's tables; [`auth`]: API keys;
 //! - [`cli`] (the commands and their arguments), [`commands`] (what each
 //!   does), [`config`] (the server's settings), [`startup`], [`telemetry`]:
 //!   the process around them.
@@ -18,8 +20,7 @@ pub mod commands;
 pub mod config;
 pub mod db;
 pub mod http;
-pub mod idempotency;
-#[doc(hidden)]
+#[cfg(any(test, feature = "invariants"))]
 pub mod invariants;
 pub mod orders;
 #[cfg(test)]

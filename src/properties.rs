@@ -12,10 +12,10 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::idempotency::{Fingerprint, IdempotencyKey, KeyError, MAX_LEN};
 use crate::orders::Cursor;
 use crate::orders::input::{FieldError, parse_new_order};
 use crate::orders::model::{Money, cents_to_json};
+use idempotency_ledger::{Fingerprint, IdempotencyKey, KeyError, MAX_LEN};
 
 /// Cases per property.
 const CASES: u32 = 1_000;
@@ -173,7 +173,7 @@ proptest! {
         crate::invariants::check_order_body(body.as_bytes(), false);
         let patch = format!(r#"{{"quantity":{quantity},"price":{price}}}"#);
         crate::invariants::check_order_body(patch.as_bytes(), false);
-        crate::invariants::check_fingerprint(body.as_bytes());
+        idempotency_ledger::invariants::check_fingerprint(body.as_bytes());
     }
 
     #[test]

@@ -7,13 +7,19 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 
+use idempotency_ledger::{Ledger, LedgerError};
+
 use crate::auth::cache::{TokenCache, first_lookups_for_pool};
 use crate::config::Settings;
-use crate::db::{Backend, Pool};
-use crate::http::admission::{Admission, READ_BLOCKING_THREADS, WriteConnections};
+use crate::db::Pool;
 use crate::http::{self, AppState};
-use crate::idempotency::Ledger;
 use crate::telemetry;
+
+/// Blocking threads of each worker beyond the writes the process admits,
+/// for reads (the ledger's among them) and token lookups: even with every
+/// admitted write's unit on one worker (PostgreSQL; SQLite's units run on
+/// its writer thread), reads find threads of their own.
+pub const READ_BLOCKING_THREADS: usize = 32;
 
 /// How many expired entries one purge transaction deletes.
 pub const PURGE_BATCH: i64 = 1_000;
@@ -74,23 +80,18 @@ impl Application {
                 Duration::from_secs(settings.auth_cache_secs),
                 first_lookups_for_pool(settings.pool_size),
             ),
-            ledger: settings.ledger(),
+            ledger: settings.ledger(pool.clone()),
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             metrics: telemetry::metrics_handle(),
-            admission: Admission::new(settings.write_admission),
-            write_connections: match pool.backend() {
-                Backend::Postgres => Some(WriteConnections::for_pool(settings.pool_size)),
-                Backend::Sqlite => None,
-            },
-            connection_timeout: Duration::from_secs(settings.db_timeout_secs),
         });
         // Blocking threads per worker (database work runs on them): every
-        // write this process admits, on one worker at worst, and as many
-        // again for reads. Each waiting write holds one — on SQLite while
-        // its batch commits — and tokio's default (512 per worker) would let
-        // a burst grow hundreds of thread stacks and malloc arenas.
+        // write this process admits, on one worker at worst, and reads'
+        // own. A request waiting for its key or for the SQLite writer holds
+        // none, and tokio's default (512 per worker) would let a burst grow
+        // hundreds of thread stacks and malloc arenas.
         let blocking_threads = state
-            .admission
+            .ledger
+            .admission()
             .bound()
             .saturating_add(READ_BLOCKING_THREADS);
         let origins = settings.cors_origins();
@@ -203,9 +204,7 @@ async fn purge_periodically(pool: Pool, every: Duration) {
 }
 
 /// One purge round: bounded batches with a pause between them.
-fn purge_round(
-    pool: &Pool,
-) -> Result<usize, crate::idempotency::LedgerError<std::convert::Infallible>> {
+fn purge_round(pool: &Pool) -> Result<usize, LedgerError<std::convert::Infallible>> {
     let mut total = 0;
     for _ in 0..PURGE_MAX_BATCHES_PER_ROUND {
         let n = Ledger::purge_expired(pool, PURGE_BATCH, 1)?;
@@ -220,9 +219,7 @@ fn purge_round(
 }
 
 /// Purges until nothing expired is left (the `purge` command).
-pub fn purge_all(
-    pool: &Pool,
-) -> Result<usize, crate::idempotency::LedgerError<std::convert::Infallible>> {
+pub fn purge_all(pool: &Pool) -> Result<usize, LedgerError<std::convert::Infallible>> {
     let mut total = 0;
     loop {
         let n = purge_round(pool)?;

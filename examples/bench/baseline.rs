@@ -124,7 +124,7 @@ impl BaselinePool {
         let now = chrono::Utc::now().to_rfc3339();
         let answer = id.clone();
         group
-            .run(move |conn: &mut Conn<'_>| match conn {
+            .run_blocking(move |conn: &mut Conn<'_>| match conn {
                 Conn::Sqlite(c) => diesel::insert_into(t::bare_rows)
                     .values(bare_row!(&id, &now))
                     .execute(*c),

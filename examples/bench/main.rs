@@ -44,7 +44,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use orders_api::db::{self, Backend, DatabaseUrl, Pool, PoolOptions};
+use orders_api::db::{self, Backend, DatabaseUrl, PoolOptions};
 
 mod baseline;
 mod database;
@@ -195,13 +195,14 @@ impl Target {
 fn run(config: &Config, target: &Target, report: &mut Report) {
     let url = DatabaseUrl::parse(&target.url()).expect("database URL");
     db::run_migrations(&url).expect("migrations");
-    let pool = Pool::connect(
+    let pool = orders_api::db::connect(
         &url,
         &PoolOptions {
             max_size: 2,
             connection_timeout: Duration::from_secs(10),
             lease: Duration::from_secs(30),
             write_queue: 16,
+            shown: "the test database".into(),
         },
     )
     .expect("pool");

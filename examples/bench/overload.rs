@@ -1,4 +1,4 @@
-//! The overload case of the benchmark (issue 16.6): ten times the write
+//! The overload case of the benchmark: ten times the write
 //! admission bound in connections, every one sending creates with keys of
 //! its own as fast as it is answered, against the server's default
 //! settings. Reported: the admitted creates' p99 (against the same server

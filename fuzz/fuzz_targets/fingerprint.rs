@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    orders_api::invariants::check_fingerprint(data);
+    idempotency_ledger::invariants::check_fingerprint(data);
 });

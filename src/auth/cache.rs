@@ -330,8 +330,9 @@ mod tests {
                 connection_timeout: Duration::from_secs(10),
                 lease: Duration::from_secs(30),
                 write_queue: db::writer::DEFAULT_QUEUE_CAPACITY,
+                shown: url.to_string(),
             };
-            let pool = Pool::connect(&url, &options).unwrap();
+            let pool = db::connect(&url, &options).unwrap();
             let token = auth::create(&mut pool.get().unwrap().conn(), "alice").unwrap();
             Self { path, pool, token }
         }

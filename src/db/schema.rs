@@ -1,7 +1,10 @@
-//! Table definitions, one module per backend.
+//! The server's table definitions, one module per backend (the ledger's
+//! own table is the ledger crate's, `idempotency_ledger::schema`).
 //!
 //! The two modules describe the same tables; they differ only where the SQL
 //! types differ (`TIMESTAMPTZ` and `UUID` on PostgreSQL, `TEXT` on SQLite).
+//! `orders` is keyed `(user_id, seq)` on both (PostgreSQL's primary key; on
+//! SQLite a unique key beside the rowid `seq`, which numbers the orders).
 //! Query code is written once and compiled against both through
 //! [`crate::db::dispatch!`].
 
@@ -18,7 +21,7 @@ pub mod sqlite {
     }
 
     diesel::table! {
-        orders (seq) {
+        orders (user_id, seq) {
             seq -> BigInt,
             id -> Text,
             user_id -> Text,
@@ -30,19 +33,6 @@ pub mod sqlite {
             request_fingerprint -> Text,
             created_at -> TimestamptzSqlite,
             updated_at -> TimestamptzSqlite,
-        }
-    }
-
-    diesel::table! {
-        idempotency_ledger (idempotency_key, user_id) {
-            idempotency_key -> Text,
-            user_id -> Text,
-            request_fingerprint -> Text,
-            response_status -> Integer,
-            response_headers -> Text,
-            response_body -> Binary,
-            created_at -> TimestamptzSqlite,
-            expires_at -> TimestamptzSqlite,
         }
     }
 }
@@ -60,7 +50,7 @@ pub mod pg {
     }
 
     diesel::table! {
-        orders (seq) {
+        orders (user_id, seq) {
             seq -> BigInt,
             id -> Uuid,
             user_id -> Text,
@@ -72,19 +62,6 @@ pub mod pg {
             request_fingerprint -> Text,
             created_at -> Timestamptz,
             updated_at -> Timestamptz,
-        }
-    }
-
-    diesel::table! {
-        idempotency_ledger (idempotency_key, user_id) {
-            idempotency_key -> Text,
-            user_id -> Text,
-            request_fingerprint -> Text,
-            response_status -> Integer,
-            response_headers -> Text,
-            response_body -> Binary,
-            created_at -> Timestamptz,
-            expires_at -> Timestamptz,
         }
     }
 }

@@ -4,12 +4,7 @@
 use std::fmt;
 use std::path::Path;
 
-/// Which database a `DATABASE_URL` selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
+use super::Backend;
 
 /// What a refused `DATABASE_URL` is told to look like.
 const ACCEPTED: &str =
@@ -386,30 +381,10 @@ fn percent_decoded(text: &str) -> Option<String> {
     )
 }
 
-/// A driver's message as one line. libpq writes a hint, a wrapped sentence
-/// or the next host's error on lines of their own (tab-indented); they are
-/// joined so that each sentence still reads as one: `… Connection refused.
-/// Is the server running on that host …?`.
-pub fn one_line(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for line in message.lines() {
-        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-        if line.is_empty() {
-            continue;
-        }
-        if !out.is_empty() {
-            let continues = line.starts_with(|c: char| c.is_lowercase());
-            let ended = out.ends_with(['.', '?', '!', ':', ';']);
-            out.push_str(if ended || continues { " " } else { ". " });
-        }
-        out.push_str(&line);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::one_line;
 
     #[test]
     fn the_scheme_selects_the_backend() {

@@ -53,7 +53,11 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     if let Some(answer) = remembered(&state) {
         return answer;
     }
-    let Some(permit) = state.tokens.permit(&hash, state.connection_timeout).await else {
+    let Some(permit) = state
+        .tokens
+        .permit(&hash, state.ledger.settings().connection_timeout)
+        .await
+    else {
         metrics::counter!(LOOKUPS_SHED).increment(1);
         return Err(ApiError::TooManyTokenLookups);
     };

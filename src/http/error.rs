@@ -9,9 +9,9 @@ use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::idempotency::{KeyError, LedgerError, RecordedResponse};
 use crate::orders::OrdersError;
 use crate::orders::input::FieldError;
+use idempotency_ledger::{KeyError, LedgerError, RecordedResponse};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -301,7 +301,11 @@ impl From<LedgerError<ApiError>> for ApiError {
     fn from(e: LedgerError<ApiError>) -> Self {
         match e {
             LedgerError::Unavailable(cause) => ApiError::Unavailable(cause),
+            LedgerError::Overloaded => ApiError::Overloaded,
             LedgerError::LeaseExpired => ApiError::Unavailable("the lease ran out".into()),
+            LedgerError::Unreplayable { key, cause } => {
+                ApiError::Internal(format!("the entry of key {key:?}: {cause}"))
+            }
             LedgerError::Database(e) => ApiError::Internal(e.to_string()),
             LedgerError::Internal(cause) => ApiError::Internal(cause),
             LedgerError::Operation(e) => e,

@@ -1,7 +1,6 @@
 //! The HTTP layer: routes, authentication, bodies, and the mapping of every
 //! outcome to a response.
 
-pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod error;
@@ -16,9 +15,10 @@ use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use idempotency_ledger::Ledger;
+
 use crate::auth::cache::TokenCache;
 use crate::db::Pool;
-use crate::idempotency::Ledger;
 use error::ApiError;
 
 /// What every handler shares.
@@ -26,16 +26,10 @@ pub struct AppState {
     pub pool: Pool,
     /// Tokens the database accepted moments ago (see its bound on revocation).
     pub tokens: TokenCache,
+    /// Every mutation runs through it; it holds the write admission.
     pub ledger: Ledger,
     pub max_body_bytes: usize,
     pub metrics: PrometheusHandle,
-    /// How many mutations this process runs or lets wait at once.
-    pub admission: admission::Admission,
-    /// PostgreSQL: how many connections those may hold at once (`None` on
-    /// SQLite, whose writes go through the one writer).
-    pub write_connections: Option<admission::WriteConnections>,
-    /// How long a write waits for one of those before a `503`.
-    pub connection_timeout: std::time::Duration,
 }
 
 /// One operation the service answers: a method on a path. [`routes`]

@@ -1,27 +1,33 @@
 //! The one way a mutating route runs: every `POST`, `PATCH` and `DELETE`
-//! handler builds a [`Mutation`] and hands its work to [`Mutation::execute`],
-//! which runs it inside the idempotency ledger. The work receives a
-//! [`LedgerTx`], which only the ledger can make, and the orders domain's
-//! mutations require one, while its storage functions are private to it: a
-//! route that changed an order without the ledger would not compile (short
-//! of writing its own SQL against the schema).
+//! handler builds a [`Mutation`] and hands its work to [`Mutation::execute`]
+//! (or its row to [`Mutation::execute_insert`]), which runs it inside the
+//! idempotency ledger. The work receives a [`LedgerTx`], which only the
+//! ledger can make, and the orders domain's mutations require one, while its
+//! storage functions are private to it: a route that changed an order
+//! without the ledger would not compile (short of writing its own SQL
+//! against the schema).
 //!
 //! ```compile_fail,E0451
 //! // A `LedgerTx` cannot be made outside the ledger.
-//! fn forge<'t, 'c>(conn: &'t mut orders_api::db::Conn<'c>) -> orders_api::idempotency::LedgerTx<'t, 'c> {
-//!     orders_api::idempotency::LedgerTx { conn }
+//! fn forge<'t, 'c>(conn: &'t mut orders_api::db::Conn<'c>) -> idempotency_ledger::LedgerTx<'t, 'c> {
+//!     idempotency_ledger::LedgerTx { conn }
 //! }
 //! ```
 //!
-//! Checks run in the order of SPEC §4: auth (middleware, before this), the
-//! key, media type, size and JSON syntax, then the route's body validation,
-//! then the ledger.
+//! Checks run in the order of the contract (`docs/CONTRACT.md`, "The
+//! checks, in order"): auth (middleware, before this), the key, media type,
+//! size and JSON syntax, then the route's body validation, then the ledger.
+//! The handler awaits the ledger: a request waiting for its key, or for the
+//! SQLite writer, holds no thread.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse, web};
-use diesel::pg::Pg;
-use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use idempotency_ledger::row::Row;
+use idempotency_ledger::{
+    Completion, Fingerprint, IdempotencyKey, LedgerError, LedgerRequest, LedgerTx, Outcome,
+    RecordedResponse,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -29,10 +35,6 @@ use super::AppState;
 use super::auth::AuthUser;
 use super::body::{is_json, parse_json, read_limited};
 use super::error::ApiError;
-use crate::idempotency::{
-    Completion, Fingerprint, IdempotencyKey, LedgerError, LedgerRequest, LedgerTx, Outcome,
-    RecordedResponse,
-};
 
 /// Sent on every answer that an earlier request produced.
 pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
@@ -54,8 +56,9 @@ pub struct MutationCtx {
     pub fingerprint: Fingerprint,
 }
 
-/// A route's change: run once for a fresh key, inside the ledger's
-/// transaction, on a blocking thread.
+/// A route's change: run once for a fresh key, inside the ledger's unit of
+/// writing (on the SQLite writer's thread, or a blocking thread on
+/// PostgreSQL).
 pub trait Work:
     FnOnce(&mut LedgerTx<'_, '_>, &MutationCtx) -> Result<Completion, ApiError> + Send + 'static
 {
@@ -80,8 +83,16 @@ impl Mutation {
         state: &AppState,
         rule: BodyRule,
     ) -> Result<Self, ApiError> {
-        let user = req.extensions_user()?;
-        let key = IdempotencyKey::from_headers(req.headers())?;
+        let user = req
+            .extensions()
+            .get::<AuthUser>()
+            .cloned()
+            .ok_or(ApiError::Unauthorized)?;
+        let key = IdempotencyKey::from_values(
+            req.headers()
+                .get_all(idempotency_ledger::HEADER)
+                .map(|v| v.as_bytes()),
+        )?;
         if rule == BodyRule::Json && !is_json(req) {
             return Err(ApiError::UnsupportedMediaType);
         }
@@ -123,119 +134,76 @@ impl Mutation {
     where
         F: Work,
     {
-        self.run(state, None::<(NoInsert, RecordedResponse)>, work)
-            .await
+        let ctx = self.ctx;
+        let unit_ctx = ctx.clone();
+        let unit = move |tx: &mut LedgerTx<'_, '_>| recorded(work(tx, &unit_ctx));
+        let outcome = state.ledger.execute(ledger_request(&ctx), unit).await;
+        answer(&ctx, outcome)
     }
 
-    /// [`Mutation::execute`] for a route whose whole change is `change`, one
-    /// `INSERT` answered `response` (see
-    /// [`Ledger::execute_insert`](crate::idempotency::Ledger::execute_insert)):
-    /// on PostgreSQL a fresh key then costs one statement after the read.
-    /// `work` makes the same change, for whatever that statement leaves
-    /// undecided, and on SQLite.
-    pub async fn execute_insert<C, F>(
+    /// [`Mutation::execute`] for a route whose whole change is inserting
+    /// `row`, answered `created` (see
+    /// [`Ledger::execute_insert`](idempotency_ledger::Ledger::execute_insert)):
+    /// the ledger writes the row itself, and on PostgreSQL a fresh key then
+    /// costs one statement after the read. When the row exists already (its
+    /// unique constraint), `found` says what that means.
+    pub async fn execute_insert<R, F>(
         self,
         state: web::Data<AppState>,
-        change: C,
-        response: RecordedResponse,
-        work: F,
+        row: R,
+        created: RecordedResponse,
+        found: F,
     ) -> Result<HttpResponse, ApiError>
     where
-        C: QueryFragment<Pg> + QueryId + Send + 'static,
-        F: Work,
-    {
-        self.run(state, Some((change, response)), work).await
-    }
-
-    async fn run<C, F>(
-        self,
-        state: web::Data<AppState>,
-        insert: Option<(C, RecordedResponse)>,
-        work: F,
-    ) -> Result<HttpResponse, ApiError>
-    where
-        C: QueryFragment<Pg> + QueryId + Send + 'static,
+        R: Row,
         F: Work,
     {
         let ctx = self.ctx;
-        // Admitted before any blocking thread or connection is taken; the
-        // slot is held until the blocking work ends.
-        let Some(admitted) = state.admission.try_admit() else {
+        let unit_ctx = ctx.clone();
+        let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_ctx));
+        let outcome = state
+            .ledger
+            .execute_insert(ledger_request(&ctx), row, created, found)
+            .await;
+        answer(&ctx, outcome)
+    }
+}
+
+fn ledger_request(ctx: &MutationCtx) -> LedgerRequest<'_> {
+    LedgerRequest {
+        user_id: &ctx.user_id,
+        key: &ctx.key,
+        fingerprint: &ctx.fingerprint,
+    }
+}
+
+/// A route's answer as the ledger takes it: every answer below 500 is
+/// recorded like a success; a 5xx rolls back and leaves the key free.
+fn recorded(result: Result<Completion, ApiError>) -> Result<Completion, ApiError> {
+    match result {
+        Err(e) if !e.status().is_server_error() => Ok(Completion::Record(e.to_recorded())),
+        other => other,
+    }
+}
+
+/// The ledger's outcome as an HTTP answer.
+fn answer(
+    ctx: &MutationCtx,
+    outcome: Result<Outcome, LedgerError<ApiError>>,
+) -> Result<HttpResponse, ApiError> {
+    let outcome = outcome.inspect_err(|e| match e {
+        LedgerError::LeaseExpired => crate::telemetry::idempotency_outcome("lease_expired"),
+        LedgerError::Overloaded => {
             metrics::counter!("orders_api_writes_shed_total").increment(1);
-            return Err(ApiError::Overloaded);
-        };
-        // One trip to the blocking pool: the ledger's pre-read and, for a
-        // new key, the wait for the unit's commit.
-        let outcome = web::block(move || {
-            let _admitted = admitted;
-            let _connection = match &state.write_connections {
-                Some(share) => Some(share.acquire(state.connection_timeout).ok_or_else(|| {
-                    LedgerError::Unavailable("no write connection came free".into())
-                })?),
-                None => None,
-            };
-            let request = LedgerRequest {
-                user_id: &ctx.user_id,
-                key: &ctx.key,
-                fingerprint: &ctx.fingerprint,
-            };
-            let unit_ctx = ctx.clone();
-            let unit = move |tx: &mut LedgerTx<'_, '_>| match work(tx, &unit_ctx) {
-                Err(e) if !e.status().is_server_error() => Ok(Completion::Record(e.to_recorded())),
-                other => other,
-            };
-            match insert {
-                Some((change, response)) => {
-                    state
-                        .ledger
-                        .execute_insert(&state.pool, request, &change, response, unit)
-                }
-                None => state.ledger.execute(&state.pool, request, unit),
-            }
-        })
-        .await?
-        .inspect_err(|e| {
-            if matches!(e, LedgerError::LeaseExpired) {
-                crate::telemetry::idempotency_outcome("lease_expired");
-            }
-        })?;
-        crate::telemetry::idempotency_outcome(outcome.label());
-        match outcome {
-            Outcome::Executed(response) => Ok(to_http(response, false)),
-            Outcome::Replayed(response) => Ok(to_http(response, true)),
-            Outcome::KeyReused => Err(ApiError::KeyReused),
-            Outcome::InProgress => Err(ApiError::InProgress),
         }
-    }
-}
-
-/// The change of a route without a one-statement form.
-struct NoInsert;
-
-impl QueryId for NoInsert {
-    type QueryId = Self;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl QueryFragment<Pg> for NoInsert {
-    fn walk_ast<'b>(&'b self, _: AstPass<'_, 'b, Pg>) -> diesel::QueryResult<()> {
-        Err(diesel::result::Error::QueryBuilderError(
-            "this route has no one-statement change".into(),
-        ))
-    }
-}
-
-trait ExtensionsUser {
-    fn extensions_user(&self) -> Result<AuthUser, ApiError>;
-}
-
-impl ExtensionsUser for HttpRequest {
-    fn extensions_user(&self) -> Result<AuthUser, ApiError> {
-        use actix_web::HttpMessage;
-        self.extensions()
-            .get::<AuthUser>()
-            .cloned()
-            .ok_or(ApiError::Unauthorized)
+        _ => {}
+    })?;
+    crate::telemetry::idempotency_outcome(outcome.label());
+    match outcome {
+        Outcome::Executed(response) => to_http(ctx, response, false),
+        Outcome::Replayed(response) => to_http(ctx, response, true),
+        Outcome::KeyReused => Err(ApiError::KeyReused),
+        Outcome::InProgress => Err(ApiError::InProgress),
     }
 }
 
@@ -259,8 +227,22 @@ pub fn json_reply(
     }
 }
 
-fn to_http(response: RecordedResponse, replayed: bool) -> HttpResponse {
-    let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::OK);
+/// A recorded response as an HTTP answer. The ledger hands over only what
+/// reads back as recorded (a status in 100–599, header lines that decode);
+/// a header the HTTP library still refuses is answered `500`, logged with
+/// its key — never a made-up answer.
+fn to_http(
+    ctx: &MutationCtx,
+    response: RecordedResponse,
+    replayed: bool,
+) -> Result<HttpResponse, ApiError> {
+    let unreplayable = |cause: String| {
+        tracing::error!(key = ctx.key.as_str(), user = %ctx.user_id, %cause,
+            "a recorded response cannot be replayed");
+        ApiError::Internal(cause)
+    };
+    let status = StatusCode::from_u16(response.status)
+        .map_err(|_| unreplayable(format!("status {}", response.status)))?;
     // The retry created nothing: a recorded 201 comes back as 200.
     let status = if replayed && status == StatusCode::CREATED {
         StatusCode::OK
@@ -269,15 +251,16 @@ fn to_http(response: RecordedResponse, replayed: bool) -> HttpResponse {
     };
     let mut builder = HttpResponse::build(status);
     for (name, value) in &response.headers {
-        if let (Ok(name), Ok(value)) = (
+        let (Ok(name), Ok(value)) = (
             HeaderName::try_from(name.as_str()),
             HeaderValue::from_str(value),
-        ) {
-            builder.append_header((name, value));
-        }
+        ) else {
+            return Err(unreplayable(format!("header {name:?}")));
+        };
+        builder.append_header((name, value));
     }
     if replayed {
         builder.insert_header((REPLAYED_HEADER, "true"));
     }
-    builder.body(response.body)
+    Ok(builder.body(response.body))
 }

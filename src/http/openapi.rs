@@ -25,9 +25,9 @@ use utoipa::{Modify, OpenApi, PartialSchema};
 use super::error::{ApiError, PROBLEM_JSON, Problem};
 use super::mutation::REPLAYED_HEADER;
 use super::{AUTHENTICATED_PREFIX, health, orders};
-use crate::idempotency;
 use crate::orders::input::FieldError;
 use crate::orders::model::{OrderStatus, OrderView};
+use idempotency_ledger as idempotency;
 
 /// The name of the bearer-token security scheme.
 pub const BEARER: &str = "bearer";
@@ -370,9 +370,9 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::idempotency::MAX_LEN;
     use crate::orders::input::{parse_new_order, parse_order_patch};
     use crate::orders::model::{Item, Money, Quantity};
+    use idempotency_ledger::MAX_LEN;
 
     fn doc() -> Value {
         serde_json::from_str(document_json().expect("the document serializes")).expect("JSON")
@@ -425,7 +425,7 @@ mod tests {
             .as_array()
             .expect("parameters")
             .iter()
-            .find(|p| p["name"] == crate::idempotency::HEADER)
+            .find(|p| p["name"] == idempotency_ledger::HEADER)
             .expect("an Idempotency-Key parameter");
         assert_eq!(key["required"], true);
         assert_eq!(key["schema"]["maxLength"], MAX_LEN);

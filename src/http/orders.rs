@@ -14,10 +14,10 @@ use super::AppState;
 use super::auth::AuthUser;
 use super::error::{ApiError, Problem};
 use super::mutation::{BodyRule, Mutation, json_reply};
-use crate::idempotency::Completion;
 use crate::orders::input::{parse_new_order, parse_order_patch};
 use crate::orders::model::{Order, OrderView};
 use crate::orders::{self, Created, Cursor};
+use idempotency_ledger::Completion;
 
 pub const DEFAULT_PAGE_SIZE: u8 = 20;
 pub const MAX_PAGE_SIZE: u8 = 100;
@@ -98,22 +98,23 @@ pub async fn create(
     let new = parse_new_order(mutation.json()).map_err(ApiError::Validation)?;
     let ctx = mutation.ctx();
     let order = orders::prepare(&ctx.user_id, &ctx.fingerprint, new);
-    let change = orders::insert_statement(&order, &ctx.key);
+    let row = orders::new_row(&order, &ctx.key);
     let created = json_reply(StatusCode::CREATED, &order.view(), Some(location(&order)));
     mutation
-        .execute_insert(state, change, created.clone(), move |tx, ctx| {
-            Ok(match orders::insert(tx, &ctx.key, order)? {
-                Created::New(_) => Completion::Record(created),
-                // The ledger entry of the request that created this order was
-                // purged; the UNIQUE (user_id, idempotency_key) column still
-                // knows it. Answer from the order, record nothing.
-                Created::Existing(order) => Completion::ReplayFound(json_reply(
-                    StatusCode::OK,
-                    &order.view(),
-                    Some(location(&order)),
-                )),
-                Created::KeyReused => Completion::KeyReusedFound,
-            })
+        .execute_insert(state, row, created, |tx, ctx| {
+            Ok(
+                match orders::existing(tx, &ctx.user_id, &ctx.key, &ctx.fingerprint)? {
+                    // The ledger entry of the request that created this order
+                    // was purged; the UNIQUE (user_id, idempotency_key) column
+                    // still knows it. Answer from the order, record nothing.
+                    Created::Existing(order) => Completion::ReplayFound(json_reply(
+                        StatusCode::OK,
+                        &order.view(),
+                        Some(location(&order)),
+                    )),
+                    Created::KeyReused => Completion::KeyReusedFound,
+                },
+            )
         })
         .await
 }

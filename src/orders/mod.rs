@@ -1,7 +1,8 @@
 //! The orders domain: what an order is, how it is validated and stored, and
 //! the operations the API offers. Mutations take a [`LedgerTx`], so they can
-//! only run inside the idempotency ledger's transaction; the table's storage
-//! functions are private to this module, so nothing else can write an order.
+//! only run inside the idempotency ledger's transaction (a create hands the
+//! ledger its [`NewOrderRow`] to insert); the table's storage functions are
+//! private to this module, so nothing else can write an order.
 //!
 //! ```compile_fail,E0603
 //! // Outside the crate (and outside this module) the storage is out of reach.
@@ -16,12 +17,13 @@ mod store;
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel::result::Error as DieselError;
 
+use idempotency_ledger::{Fingerprint, IdempotencyKey, LedgerTx};
+
 use crate::db::Conn;
-use crate::idempotency::{Fingerprint, IdempotencyKey, LedgerTx};
 use input::{NewOrder, OrderPatch};
 use model::{Order, OrderId, OrderStatus};
-use store::{Changes, NewRow};
-pub use store::{CorruptRow, PgInsert};
+use store::Changes;
+pub use store::{CorruptRow, NewOrderRow};
 
 /// Why an orders operation did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -38,11 +40,9 @@ pub enum OrdersError {
     Database(#[from] DieselError),
 }
 
-/// What `create` found.
+/// What [`existing`] found under a create's key.
 #[derive(Debug)]
 pub enum Created {
-    /// A new order.
-    New(Order),
     /// The order this key already created, by a request with the same
     /// fingerprint: a retry arriving after the ledger entry was purged.
     Existing(Order),
@@ -53,16 +53,6 @@ pub enum Created {
 /// The clock, at the precision both databases store (microseconds).
 fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
-}
-
-pub fn create(
-    tx: &mut LedgerTx<'_, '_>,
-    user_id: &str,
-    key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
-    new: NewOrder,
-) -> Result<Created, OrdersError> {
-    insert(tx, key, prepare(user_id, fingerprint, new))
 }
 
 /// The order a create request makes, before it is stored.
@@ -79,39 +69,27 @@ pub fn prepare(user_id: &str, fingerprint: &Fingerprint, new: NewOrder) -> Order
     }
 }
 
-/// The PostgreSQL statement that stores `order` with the ledger's record
-/// (`idempotency::Ledger::execute_insert`); it can only run inside the
-/// ledger's statement.
-pub fn insert_statement(order: &Order, key: &IdempotencyKey) -> PgInsert {
-    PgInsert::new(&NewRow {
-        order,
-        idempotency_key: key.as_str(),
-    })
+/// The row that stores `order` for `key`: the ledger inserts it (see
+/// `idempotency_ledger::Ledger::execute_insert`), `ON CONFLICT DO NOTHING`
+/// on `UNIQUE (user_id, idempotency_key)`.
+pub fn new_row(order: &Order, key: &IdempotencyKey) -> NewOrderRow {
+    NewOrderRow::new(order, key.as_str())
 }
 
-/// Stores a prepared order unless its key made one before: what [`create`]
-/// does after [`prepare`].
-pub fn insert(
+/// What a create found when its row was refused: `UNIQUE (user_id,
+/// idempotency_key)` holds the order this key made before — by a request
+/// with the same fingerprint (a retry after the ledger's entry was purged),
+/// or by another request.
+pub fn existing(
     tx: &mut LedgerTx<'_, '_>,
+    user_id: &str,
     key: &IdempotencyKey,
-    order: Order,
+    fingerprint: &Fingerprint,
 ) -> Result<Created, OrdersError> {
-    let user_id = order.user_id.clone();
-    let fingerprint = order.request_fingerprint.clone();
-    if store::insert(
-        tx.conn(),
-        &NewRow {
-            order: &order,
-            idempotency_key: key.as_str(),
-        },
-    )? {
-        return Ok(Created::New(order));
-    }
-    // UNIQUE (user_id, idempotency_key) refused the row: this key made an order before.
-    let existing: Order = store::find_by_key(tx.conn(), &user_id, key.as_str())?
+    let existing: Order = store::find_by_key(tx.conn(), user_id, key.as_str())?
         .ok_or(OrdersError::NotFound)?
         .try_into()?;
-    Ok(if existing.request_fingerprint == fingerprint {
+    Ok(if existing.request_fingerprint == fingerprint.as_str() {
         Created::Existing(existing)
     } else {
         Created::KeyReused

@@ -6,6 +6,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::deserialize::{self, FromSql, FromSqlRow};
 use diesel::expression::AsExpression;
 use diesel::pg::Pg;
+use diesel::query_builder::AstPass;
 use diesel::serialize::{self, Output, ToSql};
 use diesel::sql_types;
 use diesel::sqlite::Sqlite;
@@ -69,6 +70,20 @@ impl FromSql<sql_types::Text, Sqlite> for OrderId {
     ) -> deserialize::Result<Self> {
         let text = <String as FromSql<sql_types::Text, Sqlite>>::from_sql(value)?;
         Ok(Self(Uuid::try_parse(&text)?))
+    }
+}
+
+/// How the ledger's row descriptions bind an order id: a `UUID` on
+/// PostgreSQL, its hyphenated text on SQLite.
+impl idempotency_ledger::row::Bind<Sqlite> for OrderId {
+    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> diesel::QueryResult<()> {
+        out.push_bind_param::<sql_types::Text, OrderId>(self)
+    }
+}
+
+impl idempotency_ledger::row::Bind<Pg> for OrderId {
+    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> diesel::QueryResult<()> {
+        out.push_bind_param::<sql_types::Uuid, OrderId>(self)
     }
 }
 

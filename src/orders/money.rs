@@ -8,6 +8,7 @@
 //! without ever being expanded; what fits a [`Decimal`] exactly is then
 //! handed to `rust_decimal`, which never sees a literal it would round.
 
+use json_number::{Exponent, Scientific};
 use rust_decimal::Decimal;
 
 /// What a number literal denotes.
@@ -22,29 +23,6 @@ pub enum Amount {
     Beyond { negative: bool, below_cents: bool },
 }
 
-/// The significant digits of a literal and the power of ten they are
-/// scaled by: `digits × 10^exponent`, `digits` without leading or trailing
-/// zeros (empty for zero).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scientific<'a> {
-    pub negative: bool,
-    pub digits: String,
-    pub exponent: Exponent<'a>,
-}
-
-/// A power of ten: exact when it fits `i128`; otherwise the written
-/// exponent's sign and significant digits plus the shift the mantissa adds
-/// (such a magnitude dwarfs any literal, and is never computed with).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exponent<'a> {
-    Small(i128),
-    Huge {
-        negative: bool,
-        written: &'a str,
-        shift: i128,
-    },
-}
-
 /// `validator` records a failing value with its error; an amount is
 /// recorded as its decimal text (or `"beyond"`), never as a float.
 impl serde::Serialize for Amount {
@@ -53,102 +31,6 @@ impl serde::Serialize for Amount {
             Amount::Exact(d) => serializer.collect_str(d),
             Amount::Beyond { .. } => serializer.serialize_str("beyond"),
         }
-    }
-}
-
-impl<'a> Scientific<'a> {
-    /// Reads JSON number grammar (RFC 8259 §6); `None` for anything else.
-    pub fn read(text: &'a str) -> Option<Self> {
-        let (negative, rest) = match text.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, text),
-        };
-        let (mantissa, exponent) = match rest.find(['e', 'E']) {
-            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
-            None => (rest, None),
-        };
-        let (int_part, frac_part) = match mantissa.split_once('.') {
-            Some((i, f)) => (i, Some(f)),
-            None => (mantissa, None),
-        };
-        let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !all_digits(int_part) || (int_part.len() > 1 && int_part.starts_with('0')) {
-            return None;
-        }
-        if frac_part.is_some_and(|f| !all_digits(f)) {
-            return None;
-        }
-        let frac_part = frac_part.unwrap_or("");
-        let written_exponent = match exponent {
-            None => Exponent::Small(0),
-            Some(e) => {
-                let (e_negative, e_digits) = match e.as_bytes().first() {
-                    Some(b'-') => (true, &e[1..]),
-                    Some(b'+') => (false, &e[1..]),
-                    _ => (false, e),
-                };
-                if !all_digits(e_digits) {
-                    return None;
-                }
-                let significant = e_digits.trim_start_matches('0');
-                // 38 digits always fit i128 (whose range reaches 1.7 × 10^38).
-                match significant.parse::<i128>() {
-                    Ok(magnitude) if significant.len() <= 38 => {
-                        Exponent::Small(if e_negative { -magnitude } else { magnitude })
-                    }
-                    _ if significant.is_empty() => Exponent::Small(0),
-                    _ => Exponent::Huge {
-                        negative: e_negative,
-                        written: significant,
-                        shift: 0,
-                    },
-                }
-            }
-        };
-        let all = format!("{int_part}{frac_part}");
-        let leading = all.len() - all.trim_start_matches('0').len();
-        let significant = all.trim_matches('0');
-        if significant.is_empty() {
-            return Some(Self {
-                negative,
-                digits: String::new(),
-                exponent: Exponent::Small(0),
-            });
-        }
-        let trailing = all.len() - leading - significant.len();
-        // digits × 10^(written - |frac| + trailing); the lengths are bounded
-        // by the text, so the adjustment is small and checked.
-        let shift = i128::try_from(trailing).ok()? - i128::try_from(frac_part.len()).ok()?;
-        let exponent = match written_exponent {
-            Exponent::Small(e) => match e.checked_add(shift) {
-                Some(e) => Exponent::Small(e),
-                None => Exponent::Huge {
-                    negative: e < 0,
-                    written: exponent
-                        .unwrap_or("")
-                        .trim_start_matches(['+', '-'])
-                        .trim_start_matches('0'),
-                    shift,
-                },
-            },
-            Exponent::Huge {
-                negative, written, ..
-            } => Exponent::Huge {
-                negative,
-                written,
-                shift,
-            },
-        };
-        Some(Self {
-            negative,
-            digits: significant.to_owned(),
-            exponent,
-        })
-    }
-
-    /// Whether the value is zero (whatever its exponent: `0e99999999999999999999` is 0).
-    pub fn is_zero(&self) -> bool {
-        self.digits.is_empty()
     }
 }
 

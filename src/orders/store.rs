@@ -2,16 +2,12 @@
 //! inside the caller's transaction.
 
 use chrono::{DateTime, Utc};
-use diesel::pg::Pg;
 use diesel::prelude::*;
-use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Integer, Text, Timestamptz, Uuid};
-use diesel::sqlite::Sqlite;
+use idempotency_ledger::row::{Columns, Row, Timestamp};
 
 use super::input::{OrderFields, cents_amount};
 use super::model::{Order, OrderId, OrderStatus};
-use crate::db::{Conn, dispatch, timestamp_text};
-use crate::idempotency::HELD;
+use crate::db::{Conn, dispatch};
 
 /// A row as stored.
 #[derive(Debug, Clone, Queryable)]
@@ -74,113 +70,11 @@ impl TryFrom<OrderRow> for Order {
     }
 }
 
-/// What a new row needs besides the order itself.
-pub struct NewRow<'a> {
-    pub order: &'a Order,
-    pub idempotency_key: &'a str,
-}
-
-/// Inserts the order unless `(user_id, idempotency_key)` is taken:
-/// `true` when the row was written.
-pub fn insert(conn: &mut Conn<'_>, new: &NewRow<'_>) -> QueryResult<bool> {
-    let o = new.order;
-    if let Conn::Sqlite(c) = conn {
-        return Ok(SqliteInsert::new(new).execute(*c)? == 1);
-    }
-    let written = dispatch!(conn, c, s => {
-        use s::orders::dsl as t;
-        diesel::insert_into(t::orders)
-            .values((
-                t::id.eq(o.id),
-                t::user_id.eq(&o.user_id),
-                t::item.eq(o.item.as_str()),
-                t::quantity.eq(o.quantity.get()),
-                t::price_cents.eq(o.price.cents()),
-                t::status.eq(o.status.as_str()),
-                t::idempotency_key.eq(new.idempotency_key),
-                t::request_fingerprint.eq(&o.request_fingerprint),
-                t::created_at.eq(o.created_at),
-                t::updated_at.eq(o.created_at),
-            ))
-            .on_conflict((t::user_id, t::idempotency_key))
-            .do_nothing()
-            .execute(c)
-    })?;
-    Ok(written == 1)
-}
-
-/// SQLite: the statement of [`insert`], written out so that diesel finds its
-/// prepared statement by type: for its DSL insert it would build the SQL
-/// text on every call to look the statement up (the single writer's
-/// largest cost after SQLite itself). Every value is a bind parameter; the
-/// timestamp is bound as the text diesel's `TimestamptzSqlite` would write.
-struct SqliteInsert<'a> {
-    order: &'a Order,
-    idempotency_key: &'a str,
-    quantity: i32,
-    price_cents: i64,
-    /// `created_at`, also the first `updated_at`.
-    created_at: String,
-}
-
-impl<'a> SqliteInsert<'a> {
-    fn new(new: &NewRow<'a>) -> Self {
-        Self {
-            order: new.order,
-            idempotency_key: new.idempotency_key,
-            quantity: new.order.quantity.get(),
-            price_cents: new.order.price.cents(),
-            created_at: timestamp_text(&new.order.created_at),
-        }
-    }
-}
-
-impl QueryId for SqliteInsert<'_> {
-    type QueryId = SqliteInsert<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl QueryFragment<Sqlite> for SqliteInsert<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-        let o = self.order;
-        out.push_sql(
-            "INSERT INTO orders (id, user_id, item, quantity, price_cents, status, \
-             idempotency_key, request_fingerprint, created_at, updated_at) \
-             VALUES (",
-        );
-        out.push_bind_param::<Text, _>(&o.id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&o.user_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, str>(o.item.as_str())?;
-        out.push_sql(", ");
-        out.push_bind_param::<Integer, _>(&self.quantity)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&self.price_cents)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, str>(o.status.as_str())?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, str>(self.idempotency_key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&o.request_fingerprint)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.created_at)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.created_at)?;
-        out.push_sql(") ON CONFLICT (user_id, idempotency_key) DO NOTHING");
-        Ok(())
-    }
-}
-
-impl RunQueryDsl<SqliteConnection> for SqliteInsert<'_> {}
-
-/// PostgreSQL: the same row as `insert`, as the ledger's one-statement
-/// create needs it (see `idempotency::Ledger::execute_insert`): its values
-/// are selected from the ledger's [`HELD`] relation, so the row is written
-/// only once the key's lock is held, and `RETURNING 1` tells the ledger it
-/// was. It names a relation only the ledger's statement defines, so it
-/// cannot run on its own. Every value is a bind parameter.
-pub struct PgInsert {
+/// A new order as its row stores it: the one description from which every
+/// way of writing it is built (see [`idempotency_ledger::row`]) — inside a
+/// unit of writing on either backend, and in the ledger's one-statement
+/// create on PostgreSQL.
+pub struct NewOrderRow {
     id: OrderId,
     user_id: String,
     item: String,
@@ -189,60 +83,41 @@ pub struct PgInsert {
     status: &'static str,
     idempotency_key: String,
     request_fingerprint: String,
-    created_at: DateTime<Utc>,
+    created_at: Timestamp,
 }
 
-impl PgInsert {
-    pub fn new(new: &NewRow<'_>) -> Self {
-        let o = new.order;
+impl NewOrderRow {
+    pub fn new(order: &Order, idempotency_key: &str) -> Self {
         Self {
-            id: o.id,
-            user_id: o.user_id.clone(),
-            item: o.item.as_str().to_owned(),
-            quantity: o.quantity.get(),
-            price_cents: o.price.cents(),
-            status: o.status.as_str(),
-            idempotency_key: new.idempotency_key.to_owned(),
-            request_fingerprint: o.request_fingerprint.clone(),
-            created_at: o.created_at,
+            id: order.id,
+            user_id: order.user_id.clone(),
+            item: order.item.as_str().to_owned(),
+            quantity: order.quantity.get(),
+            price_cents: order.price.cents(),
+            status: order.status.as_str(),
+            idempotency_key: idempotency_key.to_owned(),
+            request_fingerprint: order.request_fingerprint.clone(),
+            created_at: Timestamp::new(order.created_at),
         }
     }
 }
 
-impl QueryId for PgInsert {
-    type QueryId = Self;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
+impl Row for NewOrderRow {
+    const TABLE: &'static str = "orders";
+    /// `orders_user_idempotency_key`: the key's second guard.
+    const UNIQUE: &'static [&'static str] = &["user_id", "idempotency_key"];
 
-impl QueryFragment<Pg> for PgInsert {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO orders (id, user_id, item, quantity, price_cents, status, \
-             idempotency_key, request_fingerprint, created_at, updated_at) SELECT ",
-        );
-        out.push_bind_param::<Uuid, _>(&self.id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.user_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.item)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Integer, _>(&self.quantity)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&self.price_cents)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, str>(self.status)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.idempotency_key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.request_fingerprint)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Timestamptz, _>(&self.created_at)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Timestamptz, _>(&self.created_at)?;
-        out.push_sql(" FROM ");
-        out.push_sql(HELD);
-        out.push_sql(" ON CONFLICT (user_id, idempotency_key) DO NOTHING RETURNING 1");
-        Ok(())
+    fn columns<'b, C: Columns<'b>>(&'b self, c: &mut C) -> QueryResult<()> {
+        c.column("id", &self.id)?;
+        c.column("user_id", self.user_id.as_str())?;
+        c.column("item", self.item.as_str())?;
+        c.column("quantity", &self.quantity)?;
+        c.column("price_cents", &self.price_cents)?;
+        c.column("status", self.status)?;
+        c.column("idempotency_key", self.idempotency_key.as_str())?;
+        c.column("request_fingerprint", self.request_fingerprint.as_str())?;
+        c.column("created_at", &self.created_at)?;
+        c.column("updated_at", &self.created_at)
     }
 }
 

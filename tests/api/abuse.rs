@@ -1,4 +1,4 @@
-//! Abuse and resource bounds (issue 7, points 1–3): what an unauthenticated
+//! Abuse and resource bounds: what an unauthenticated
 //! client can make the service keep — metric series, database work per
 //! scrape, connections held by slow or oversized requests — is bounded.
 
@@ -28,7 +28,7 @@ fn ledger_rows(metrics: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Issue 7.1: a client inventing HTTP methods (no token needed) creates no
+/// A client inventing HTTP methods (no token needed) creates no
 /// new series: before the fix each method added a counter and a histogram.
 #[test]
 fn a_thousand_invented_http_methods_leave_the_metrics_the_same_size() {
@@ -72,7 +72,7 @@ fn a_thousand_invented_http_methods_leave_the_metrics_the_same_size() {
 }
 
 both_backends! {
-    /// Issue 7.2: `/metrics` is unauthenticated, so a scrape must not cost a
+    /// `/metrics` is unauthenticated, so a scrape must not cost a
     /// count over the ledger: it reads the count the background task made
     /// (at start, then every minute at most). Rows written after that count
     /// do not show however often the service is scraped.
@@ -97,7 +97,7 @@ both_backends! {
         assert_eq!(gauges, vec![Some(0.0); 20], "a scrape counted the ledger");
     }
 
-    /// Issue 16.2: a body trickled one byte a second after a complete head
+    /// A body trickled one byte a second after a complete head
     /// is answered `408 REQUEST_TIMEOUT` once `BODY_TIMEOUT` (10 s) has
     /// passed, long before `PATIENCE`, and the connection closed; nothing
     /// is recorded and the key stays free. Before, the body had no
@@ -177,7 +177,7 @@ fn exchange(address: &str, bytes: &[u8]) -> (String, bool) {
     read_until_closed(&mut stream)
 }
 
-/// Issue 7.3: a client that sends its headers one byte a second is answered
+/// A client that sends its headers one byte a second is answered
 /// `408` and disconnected (`CLIENT_REQUEST_TIMEOUT`, 5 s), long before
 /// `PATIENCE` — it cannot hold a connection by trickling.
 #[test]
@@ -209,7 +209,7 @@ fn a_client_trickling_its_headers_is_answered_408_and_disconnected() {
     assert!(closed, "the trickling client's connection is still open");
 }
 
-/// Issue 7.3: an idle keep-alive connection is closed by the server
+/// An idle keep-alive connection is closed by the server
 /// (`KEEP_ALIVE`, 5 s) instead of being held open.
 #[test]
 fn an_idle_keep_alive_connection_is_closed_by_the_server() {
@@ -222,7 +222,7 @@ fn an_idle_keep_alive_connection_is_closed_by_the_server() {
     assert!(closed, "the idle connection is still open");
 }
 
-/// Issue 7.3: a request head over `MAX_REQUEST_HEAD_BYTES`, or with more than
+/// A request head over `MAX_REQUEST_HEAD_BYTES`, or with more than
 /// `MAX_REQUEST_HEADERS` fields, is refused with `431` and the connection
 /// closed; a head well inside the limits is served.
 #[test]

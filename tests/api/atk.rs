@@ -1,4 +1,4 @@
-//! One test per attack scenario of SPEC §5 and per extra the `atk` command
+//! One test per attack scenario of CONTRACT §5 and per extra the `atk` command
 //! judges: each runs the command's own definition (`orders_atk`)
 //! against the spawned server — it must be BLOCKED, with no deviation from
 //! the contract — so CI and `orders-api atk` cannot drift apart, then checks

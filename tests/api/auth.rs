@@ -1,4 +1,4 @@
-//! SPEC §3 authentication and isolation, and a sweep of hostile requests
+//! CONTRACT §3 authentication and isolation, and a sweep of hostile requests
 //! none of which may be answered with a 5xx.
 
 use std::time::Duration;

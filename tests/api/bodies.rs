@@ -1,4 +1,4 @@
-//! SPEC §3 and §4 steps 1–4: the order of the checks, media type, size,
+//! CONTRACT §3 and §4 steps 1–4: the order of the checks, media type, size,
 //! JSON syntax, strict field types, and exact money.
 
 use crate::both_backends;

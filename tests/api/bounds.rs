@@ -1,4 +1,4 @@
-//! Bounds that fire (issue 16, SPEC §4 "Bounds that fire"): each limit the
+//! Bounds that fire (CONTRACT §4, "Bounds that fire"): each limit the
 //! docs state, shown firing with the default settings — writes admitted at
 //! once, a writer unit that hangs or panics, a duplicate that waits for the
 //! first request with its key. (The body deadline is in `abuse.rs`, the
@@ -11,8 +11,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
 use orders_api::db::Backend;
-use orders_api::http::admission::DEFAULT_WRITE_ADMISSION;
 
 use crate::expect::*;
 use crate::group_commit::{HeldWriter, queued};
@@ -31,7 +31,7 @@ pub fn assert_unavailable(response: &TestResponse) {
     assert_eq!(response.header("X-Should-Retry"), Some("true"));
 }
 
-/// Issue 16.1: with the default settings, more concurrent creates than
+/// With the default settings, more concurrent creates than
 /// `WRITE_ADMISSION` while the writer is held: exactly the bound is admitted
 /// (waiting in the writer's queue), every other one is answered `503` with
 /// `Retry-After` while the writer is still held, reads are answered
@@ -181,7 +181,7 @@ impl HeldCreate {
 }
 
 crate::both_backends! {
-    /// Issue 16.4: a duplicate of a create held in the database waits for it
+    /// A duplicate of a create held in the database waits for it
     /// — outside the writer's queue on SQLite, holding no connection on
     /// PostgreSQL — and replays its answer once it commits, here after 3 s:
     /// longer than the 2 s after which PostgreSQL used to answer `409`,
@@ -205,7 +205,7 @@ crate::both_backends! {
         assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
     }
 
-    /// Issue 16.4: past `IDEMPOTENCY_WAIT_SECS` (1 s here) the duplicate of a
+    /// Past `IDEMPOTENCY_WAIT_SECS` (1 s here) the duplicate of a
     /// create still held is answered `409 IDEMPOTENCY_IN_PROGRESS` with
     /// `Retry-After` and `X-Should-Retry: true`, having changed nothing; the
     /// first then commits, and a retry replays it. Before, SQLite kept the
@@ -268,7 +268,7 @@ fn ghosts(app: &TestApp) -> i64 {
         .expect("count")
 }
 
-/// Issue 16.3: a unit that hangs past the lease (1 s here) is abandoned: its
+/// A unit that hangs past the lease (1 s here) is abandoned: its
 /// caller is answered `Unavailable` while it still hangs, so is the create
 /// queued behind it (`503` with `Retry-After`), and it never commits, even
 /// once it returns; then the replaced writer serves the next writes, the
@@ -285,7 +285,7 @@ fn a_writer_unit_that_hangs_past_the_lease_is_abandoned_rolled_back_and_the_writ
     let behind = std::thread::scope(|s| {
         let pool = app.pool.clone();
         s.spawn(move || {
-            let answer = pool.write(hanging_unit(running, on_release));
+            let answer = pool.write_blocking(hanging_unit(running, on_release));
             let _ = hung_answer.send(answer);
         });
         on_running.recv_timeout(PATIENCE).expect("the unit runs");
@@ -323,7 +323,7 @@ impl Drop for Bomb {
     }
 }
 
-/// Issue 16.3: a writer thread that dies mid-batch (a panic its units'
+/// A writer thread that dies mid-batch (a panic its units'
 /// `catch_unwind` cannot hold) is replaced: the create in its batch is
 /// answered `503` with `Retry-After`, nothing of the batch persists, and the
 /// next writes are served — the refused key first. Before, every write after
@@ -343,7 +343,9 @@ fn a_writer_thread_that_dies_is_replaced_and_the_requests_it_held_are_answered_5
         }
         let pool = app.pool.clone();
         let bomb = s.spawn(move || {
-            pool.write(|_conn| -> Result<(), diesel::result::Error> { std::panic::panic_any(Bomb) })
+            pool.write_blocking(|_conn| -> Result<(), diesel::result::Error> {
+                std::panic::panic_any(Bomb)
+            })
         });
         held.release_when_queued(&app.pool, 2);
         (

@@ -1,4 +1,4 @@
-//! The command line of SPEC §2, run as the real binary.
+//! The command line of CONTRACT §2, run as the real binary.
 
 use std::process::{Command, Output};
 use std::time::Duration;

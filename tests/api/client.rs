@@ -514,7 +514,7 @@ fn the_outbox_lives_in_the_users_data_directory_unless_named() {
     let _ = std::fs::remove_dir_all(&home);
 }
 
-/// Issue 16.5: `sync --max-wait N` returns within N seconds plus one
+/// `sync --max-wait N` returns within N seconds plus one
 /// connect timeout whatever the server does — here a server that accepts
 /// every connection and never answers, with three operations pending. Each
 /// request may take only what is left of the deadline, and nothing is sent

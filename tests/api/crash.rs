@@ -1,4 +1,4 @@
-//! `kill -9` under load, then a restart on the same database (SPEC §4, race
+//! `kill -9` under load, then a restart on the same database (CONTRACT §4, race
 //! guarantee: "an order whose 201 reached the client is never lost, also
 //! across a kill -9 and restart"; and "a claim whose holder died … the next
 //! request with that key takes it over and runs").

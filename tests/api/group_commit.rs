@@ -30,7 +30,7 @@ impl HeldWriter {
         let (release, on_release) = mpsc::channel::<()>();
         let pool = pool.clone();
         let holder = std::thread::spawn(move || {
-            let held = pool.write(move |_conn| -> Result<(), diesel::result::Error> {
+            let held = pool.write_blocking(move |_conn| -> Result<(), diesel::result::Error> {
                 running.send(()).expect("report running");
                 let _ = on_release.recv_timeout(Duration::from_secs(60));
                 Ok(())
@@ -119,7 +119,7 @@ fn every_sqlite_connection_of_the_pool_and_the_writer_syncs_each_commit() {
     }
     drop(held);
     app.pool
-        .write(|conn| -> Result<(), diesel::result::Error> {
+        .write_blocking(|conn| -> Result<(), diesel::result::Error> {
             assert_durable(sqlite(conn), "the writer");
             Ok(())
         })
@@ -182,7 +182,7 @@ fn a_unit_that_fails_is_rolled_back_alone_and_the_rest_of_its_batch_commits() {
         let before = s.spawn(|| app.post_order(Some("before"), &order_body("Widget", 1, "1")));
         let pool = app.pool.clone();
         let failing = s.spawn(move || {
-            pool.write(|conn| -> Result<(), diesel::result::Error> {
+            pool.write_blocking(|conn| -> Result<(), diesel::result::Error> {
                 sqlite(conn).batch_execute(
                     "INSERT INTO api_keys (user_id, token_hash, token_prefix, created_at) \
                      VALUES ('ghost', 'h', 'p', '2026-01-01')",
@@ -218,7 +218,7 @@ fn a_batch_whose_commit_fails_answers_every_request_503_records_none_and_frees_e
     let app = TestApp::spawn(Backend::Sqlite);
     // A deferred foreign key makes the COMMIT itself fail, whatever the units did.
     app.pool
-        .write(|conn| -> Result<(), diesel::result::Error> {
+        .write_blocking(|conn| -> Result<(), diesel::result::Error> {
             sqlite(conn).batch_execute(
                 "CREATE TABLE parent (id INTEGER PRIMARY KEY);
                  CREATE TABLE child (parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
@@ -235,7 +235,7 @@ fn a_batch_whose_commit_fails_answers_every_request_503_records_none_and_frees_e
             .collect();
         let pool = app.pool.clone();
         let orphan = s.spawn(move || {
-            pool.write(|conn| -> Result<(), diesel::result::Error> {
+            pool.write_blocking(|conn| -> Result<(), diesel::result::Error> {
                 sqlite(conn).batch_execute("INSERT INTO child (parent) VALUES (42)")
             })
         });

@@ -282,7 +282,8 @@ impl TestApp {
         settings.pool_size = 8;
         tweak(&mut settings);
         db::run_migrations(&settings.database_url).expect("migrations");
-        let pool = Pool::connect(&settings.database_url, &settings.pool_options()).expect("pool");
+        let pool = orders_api::db::connect(&settings.database_url, &settings.pool_options())
+            .expect("pool");
         let (tx, rx) = mpsc::channel();
         let (server_settings, server_pool) = (settings.clone(), pool.clone());
         let thread = std::thread::spawn(move || {

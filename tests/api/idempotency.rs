@@ -1,4 +1,4 @@
-//! SPEC §4: the key's rules, what counts as the same request, what a replay
+//! CONTRACT §4: the key's rules, what counts as the same request, what a replay
 //! carries, and what becomes of a key after the purge.
 
 use std::time::Duration;

@@ -10,14 +10,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
-use orders_api::db::{self, Pool, PoolOptions};
-use orders_api::http::mutation::json_reply;
-use orders_api::idempotency::{
+use idempotency_ledger::{
     Completion, Fingerprint, IdempotencyKey, Ledger, LedgerError, LedgerRequest, LedgerTx, Outcome,
     RecordedResponse,
 };
+use orders_api::db::{self, Pool, PoolOptions};
+use orders_api::http::mutation::json_reply;
+use orders_api::orders;
 use orders_api::orders::input::parse_new_order;
-use orders_api::orders::{self, Created};
 use serde_json::Value;
 
 use crate::both_backends;
@@ -77,27 +77,67 @@ impl CreateRequest {
     /// What the create route does inside its unit: insert, answer 201.
     fn run(&self, tx: &mut LedgerTx<'_, '_>) -> RecordedResponse {
         let new = parse_new_order(&self.json).expect("a valid order");
-        match orders::create(tx, USER, &self.key, &self.fingerprint, new).expect("insert order") {
-            Created::New(order) => json_reply(
-                StatusCode::CREATED,
-                &order.view(),
-                Some(format!("/v1/orders/{}", order.id)),
-            ),
-            other => panic!("expected a new order, got {other:?}"),
-        }
+        let order = orders::prepare(USER, &self.fingerprint, new);
+        let written = tx
+            .insert(&orders::new_row(&order, &self.key))
+            .expect("insert order");
+        assert!(written, "expected a new order");
+        json_reply(
+            StatusCode::CREATED,
+            &order.view(),
+            Some(format!("/v1/orders/{}", order.id)),
+        )
     }
+}
+
+/// The ledger's async entry, for a test thread.
+trait ExecuteBlocking {
+    fn execute_blocking<E, F>(
+        &self,
+        request: LedgerRequest<'_>,
+        mutation: F,
+    ) -> Result<Outcome, LedgerError<E>>
+    where
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static;
+}
+
+impl ExecuteBlocking for Ledger {
+    fn execute_blocking<E, F>(
+        &self,
+        request: LedgerRequest<'_>,
+        mutation: F,
+    ) -> Result<Outcome, LedgerError<E>>
+    where
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static,
+    {
+        actix_web::rt::System::new().block_on(self.execute(request, mutation))
+    }
+}
+
+/// A ledger with the server's settings but `lease`, writing through `pool`.
+fn ledger(pool: &Pool, lease: Duration) -> Ledger {
+    let mut settings = orders_api::config::Settings::for_database(
+        orders_api::db::DatabaseUrl::parse("sqlite://unused.db").expect("a URL"),
+    );
+    settings.lease_secs = lease.as_secs();
+    settings.idempotency_wait_secs = WAIT.as_secs();
+    settings.retention_secs = DAY.as_secs();
+    settings.ledger(pool.clone())
 }
 
 /// A migrated database's pool whose PostgreSQL sessions enforce `lease`.
 fn pool(db: &TestDb, lease: Duration) -> Pool {
     db::run_migrations(&db.url).expect("migrations");
-    Pool::connect(
+    orders_api::db::connect(
         &db.url,
         &PoolOptions {
             max_size: 4,
             connection_timeout: Duration::from_secs(10),
             lease,
             write_queue: orders_api::db::writer::DEFAULT_QUEUE_CAPACITY,
+            shown: "the test database".into(),
         },
     )
     .expect("pool")
@@ -120,11 +160,11 @@ both_backends! {
     fn a_mutation_that_outlives_its_lease_is_refused_and_records_nothing(backend) {
         let db = TestDb::fresh(backend);
         let pool = pool(&db, Duration::from_secs(30));
-        let ledger = Ledger::new(DAY, Duration::from_secs(1), WAIT);
+        let ledger = ledger(&pool, Duration::from_secs(1));
         let request = CreateRequest::new("slow-holder", &order_body("Widget", 2, "9.99"));
 
         let holder = request.clone();
-        let slow = ledger.execute(&pool, request.ledger(), move |tx| -> Result<Completion, Failed> {
+        let slow = ledger.execute_blocking(request.ledger(), move |tx| -> Result<Completion, Failed> {
             let response = holder.run(tx);
             std::thread::sleep(Duration::from_millis(1_200));
             Ok(Completion::Record(response))
@@ -136,13 +176,13 @@ both_backends! {
 
         // The key is free: the next request with it runs.
         let runs = Arc::new(AtomicUsize::new(0));
-        let next = ledger.execute(&pool, request.ledger(), request.unit(&runs));
+        let next = ledger.execute_blocking(request.ledger(), request.unit(&runs));
         let Ok(Outcome::Executed(response)) = next else { panic!("the retry did not run: {next:?}") };
         assert_eq!(response.status, 201);
         assert_eq!(order_id_for_key(&pool, USER, "slow-holder"), Some(order_id_in(&response)));
 
         // And it is recorded: one more request replays without running.
-        let replay = ledger.execute(&pool, request.ledger(), request.unit(&runs));
+        let replay = ledger.execute_blocking(request.ledger(), request.unit(&runs));
         assert_eq!(replay.ok(), Some(Outcome::Replayed(response)));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
@@ -151,11 +191,11 @@ both_backends! {
     fn a_mutation_that_fails_records_nothing_and_frees_its_key(backend) {
         let db = TestDb::fresh(backend);
         let pool = pool(&db, Duration::from_secs(30));
-        let ledger = Ledger::new(DAY, Duration::from_secs(30), WAIT);
+        let ledger = ledger(&pool, Duration::from_secs(30));
         let request = CreateRequest::new("failing", &order_body("Widget", 2, "9.99"));
 
         let holder = request.clone();
-        let failed = ledger.execute(&pool, request.ledger(), move |tx| -> Result<Completion, Failed> {
+        let failed = ledger.execute_blocking(request.ledger(), move |tx| -> Result<Completion, Failed> {
             // The business change happens, then the mutation fails.
             holder.run(tx);
             Err(Failed)
@@ -165,7 +205,7 @@ both_backends! {
         assert_eq!(order_count(&pool), 0, "the failed mutation's change was rolled back");
         assert_eq!(ledger_count(&pool), 0, "a failure is never recorded");
 
-        let retry = ledger.execute(&pool, request.ledger(), request.unit(&Arc::default()));
+        let retry = ledger.execute_blocking(request.ledger(), request.unit(&Arc::default()));
         let Ok(Outcome::Executed(response)) = retry else { panic!("the retry did not run: {retry:?}") };
         assert_eq!(response.status, 201);
         assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
@@ -177,7 +217,6 @@ both_backends! {
 /// `while_held` returns; returns the holder's outcome
 /// and what `while_held` returned.
 fn with_key_held<T: Send>(
-    pool: &Pool,
     ledger: Ledger,
     request: &CreateRequest,
     while_held: impl FnOnce() -> T + Send,
@@ -187,17 +226,13 @@ fn with_key_held<T: Send>(
         let (release, on_release) = mpsc::channel::<()>();
         let held = request.clone();
         let holder = s.spawn(move || {
-            ledger.execute(
-                pool,
-                request.ledger(),
-                move |tx| -> Result<Completion, Failed> {
-                    let response = held.run(tx);
-                    holding.send(()).expect("report the held key");
-                    // Dropped (a panic in `while_held`) or sent: either way, finish.
-                    let _ = on_release.recv_timeout(Duration::from_secs(60));
-                    Ok(Completion::Record(response))
-                },
-            )
+            ledger.execute_blocking(request.ledger(), move |tx| -> Result<Completion, Failed> {
+                let response = held.run(tx);
+                holding.send(()).expect("report the held key");
+                // Dropped (a panic in `while_held`) or sent: either way, finish.
+                let _ = on_release.recv_timeout(Duration::from_secs(60));
+                Ok(Completion::Record(response))
+            })
         });
         on_holding
             .recv_timeout(Duration::from_secs(30))
@@ -209,7 +244,7 @@ fn with_key_held<T: Send>(
 }
 
 crate::postgres_only! {
-    /// SPEC §4 (issue 16.4): "same key while the first is still running → the
+    /// CONTRACT §4: "same key while the first is still running → the
     /// duplicate waits for the first to finish, without holding a database
     /// connection for the wait, and gets its replay". PostgreSQL, across
     /// ledgers (as across processes: the holder's key is not in the server's
@@ -228,7 +263,8 @@ crate::postgres_only! {
         let request = CreateRequest::new("held-key", &body);
 
         let (held, waiting) = std::thread::scope(|s| {
-            let (held, waiting) = with_key_held(&app.pool, app.settings.ledger(), &request, || {
+            let ledger = app.settings.ledger(app.pool.clone());
+            let (held, waiting) = with_key_held(ledger, &request, || {
                 let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
                 // The duplicate tried the key's lock and let its session go
                 // (idle after the try) — or it waits on a lock.
@@ -265,7 +301,7 @@ crate::postgres_only! {
 /// for another connection's write lock would fail ("database is locked").
 const SQLITE_DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// SPEC §4: "…or, where the server chooses to wait briefly for the first to
+/// CONTRACT §4: "…or, where the server chooses to wait briefly for the first to
 /// finish, its replay. Never a second execution, never a 5xx." SQLite only,
 /// across processes: the key is held by a writer outside the server (a pool
 /// of the test's own on the same file: its own connection, holding
@@ -281,10 +317,10 @@ fn on_sqlite_a_request_whose_key_is_held_elsewhere_waits_on_the_file_lock_past_t
     let request = CreateRequest::new("held-key", &order_body("Widget", 2, "9.99"));
     // Another process's writer, as far as the server can tell.
     let elsewhere = pool(&app.db, Duration::from_secs(30));
-    let ledger = Ledger::new(DAY, Duration::from_secs(30), WAIT);
+    let ledger = ledger(&elsewhere, Duration::from_secs(30));
 
     let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) = with_key_held(&elsewhere, ledger, &request, || {
+        let (held, waiting) = with_key_held(ledger, &request, || {
             assert!(
                 app.pool.writer_stats().is_none(),
                 "the server has written already"
@@ -320,7 +356,7 @@ fn on_sqlite_a_request_whose_key_is_held_elsewhere_waits_on_the_file_lock_past_t
 }
 
 crate::postgres_only! {
-    /// SPEC §4: a holder that hangs past its lease loses its key, the next
+    /// CONTRACT §4: a holder that hangs past its lease loses its key, the next
     /// request takes the key over and runs, and the hung holder can never commit
     /// afterwards: one execution in all. PostgreSQL only: the server ends a
     /// session idle in its transaction for longer than the lease, which releases
@@ -329,16 +365,16 @@ crate::postgres_only! {
         let lease = Duration::from_secs(1);
         let db = TestDb::fresh(orders_api::db::Backend::Postgres);
         let pool = pool(&db, lease);
-        let ledger = Ledger::new(DAY, lease, WAIT);
+        let ledger = ledger(&pool, lease);
         let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
 
-        let (hung, (taken_over, in_progress)) = with_key_held(&pool, ledger.clone(), &request, || {
+        let (hung, (taken_over, in_progress)) = with_key_held(ledger.clone(), &request, || {
             // The holder hangs until the takeover is done.
             let deadline = Instant::now() + Duration::from_secs(20);
             let mut in_progress = 0;
             let taken_over = loop {
                 assert!(Instant::now() < deadline, "the key was never taken over");
-                match ledger.execute(&pool, request.ledger(), request.unit(&Arc::default())) {
+                match ledger.execute_blocking(request.ledger(), request.unit(&Arc::default())) {
                     Ok(Outcome::InProgress) => {
                         in_progress += 1;
                         std::thread::sleep(Duration::from_millis(100));
@@ -364,7 +400,7 @@ crate::postgres_only! {
             order_id_for_key(&pool, USER, "hung-holder"),
             Some(order_id_in(&taken_over))
         );
-        let replay = ledger.execute(&pool, request.ledger(), |_| -> Result<Completion, Failed> {
+        let replay = ledger.execute_blocking(request.ledger(), |_| -> Result<Completion, Failed> {
             panic!("a recorded key must not run again")
         });
         assert_eq!(replay.ok(), Some(Outcome::Replayed(taken_over)));

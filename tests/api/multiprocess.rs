@@ -1,4 +1,4 @@
-//! SPEC §1 and the race guarantee: "Several server processes may share one
+//! CONTRACT §1 and the race guarantee: "Several server processes may share one
 //! PostgreSQL database; every guarantee must hold across processes, not only
 //! across threads." Two real binaries, one database, one key.
 
@@ -102,7 +102,7 @@ both_backends! {
 }
 
 crate::postgres_only! {
-    /// SPEC §4: "a claim whose holder died (process killed mid-request) blocks
+    /// CONTRACT §4: "a claim whose holder died (process killed mid-request) blocks
     /// its key for at most IDEMPOTENCY_LEASE_SECS; after that the next request
     /// with that key takes it over and runs" — here the next request goes to the
     /// other process, which never restarts. The first process is killed while

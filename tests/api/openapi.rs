@@ -10,7 +10,7 @@ use crate::helpers::*;
 
 const MUTATING: [&str; 4] = ["post", "put", "patch", "delete"];
 
-/// Every problem code of SPEC §3–4.
+/// Every problem code of CONTRACT §3–4.
 const ERROR_CODES: [&str; 12] = [
     "UNAUTHORIZED",
     "VALIDATION_FAILED",
@@ -99,7 +99,7 @@ both_backends! {
         registered.sort();
         documented.sort();
 
-        assert!(registered.len() >= 9, "every route of SPEC §3 is registered: {registered:?}");
+        assert!(registered.len() >= 9, "every route of CONTRACT §3 is registered: {registered:?}");
         for route in &registered {
             assert!(documented.contains(route), "registered route {route:?} is not in /openapi.json");
         }

@@ -1,4 +1,4 @@
-//! SPEC §3: reading, listing, changing and cancelling orders, and `PUT`.
+//! CONTRACT §3: reading, listing, changing and cancelling orders, and `PUT`.
 
 use std::collections::HashSet;
 

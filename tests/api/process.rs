@@ -221,13 +221,14 @@ pub fn url_argument(url: &DatabaseUrl) -> String {
 /// preparing the database (tokens) and asserting on what it stores.
 pub fn prepare(url: &DatabaseUrl) -> Pool {
     db::run_migrations(url).expect("migrations");
-    Pool::connect(
+    orders_api::db::connect(
         url,
         &PoolOptions {
             max_size: 2,
             connection_timeout: Duration::from_secs(10),
             lease: Duration::from_secs(30),
             write_queue: orders_api::db::writer::DEFAULT_QUEUE_CAPACITY,
+            shown: "the test database".into(),
         },
     )
     .expect("pool")
@@ -269,10 +270,7 @@ pub fn order_count(pool: &Pool) -> i64 {
 /// Idempotency-ledger rows stored, for every user.
 pub fn ledger_count(pool: &Pool) -> i64 {
     let mut pooled = pool.get().expect("connection");
-    orders_api::dispatch!(&mut pooled.conn(), c, s => {
-        diesel::RunQueryDsl::get_result(diesel::QueryDsl::count(s::idempotency_ledger::table), c)
-    })
-    .expect("count ledger rows")
+    idempotency_ledger::store::count(&mut pooled.conn()).expect("count ledger rows")
 }
 
 /// PostgreSQL: an uncommitted order row for `(user_id, key)`, held by the

@@ -1,6 +1,6 @@
 //! ATK-05's relatives (ATK-05 itself is in `atk.rs`): many requests with one
 //! `Idempotency-Key`, released together, run the mutation exactly once
-//! (SPEC §4, race guarantee).
+//! (CONTRACT §4, race guarantee).
 
 use std::sync::Barrier;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! Settings that parse but cannot work are refused at startup (issue 7,
-//! point 6), before the database is touched.
+//! Settings that parse but cannot work are refused at startup, before the
+//! database is touched.
 
 use std::process::Command;
 

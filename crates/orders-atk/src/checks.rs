@@ -1,4 +1,4 @@
-//! The attacks of SPEC §5 and the extras a client can judge over HTTP, one
+//! The attacks of CONTRACT §5 and the extras a client can judge over HTTP, one
 //! definition each. A check judges what the attack achieved — by the
 //! target's state (which orders exist, what an order holds) and by what its
 //! answers hand out — never how the target is built: an attack that achieved

@@ -1,4 +1,4 @@
-//! `orders-api atk`: the attack scenarios of SPEC §5 against a live
+//! `orders-api atk`: the attack scenarios of CONTRACT §5 against a live
 //! deployment of the Idempotency-Key pattern — this service or any other
 //! implementation, of any order shape, with or without authentication.
 //! Each check first makes sure the target accepts a valid request (its

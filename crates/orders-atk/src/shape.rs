@@ -34,7 +34,7 @@ pub struct Shape {
 }
 
 impl Default for Shape {
-    /// This API's shape (SPEC §3).
+    /// This API's shape (CONTRACT §3).
     fn default() -> Self {
         Self {
             base_path: crate::DEFAULT_BASE_PATH.to_owned(),

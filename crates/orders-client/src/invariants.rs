@@ -321,29 +321,6 @@ pub fn check_row(text: &str) {
     }
 }
 
-/// Replays every committed input of the fuzz target `target` through
-/// `check`: its minimised corpus (`fuzz/corpus/<target>`, by `cargo fuzz
-/// cmin`) and the hand-written seeds it started from (`fuzz/seeds/<target>`),
-/// so the stable toolchain keeps checking what the fuzzer found. The
-/// server's targets are replayed with it too.
-pub fn replay(target: &str, check: impl Fn(&[u8])) {
-    let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
-    let mut count = 0;
-    for dir in [
-        fuzz.join("corpus").join(target),
-        fuzz.join("seeds").join(target),
-    ] {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let bytes = std::fs::read(&path).unwrap();
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&bytes)));
-            assert!(outcome.is_ok(), "{} breaks its invariant", path.display());
-            count += 1;
-        }
-    }
-    assert!(count > 1, "no corpus for {target}");
-}
-
 /// `client_args`: any text as an order id, a target and a number flag.
 pub fn check_client_args(bytes: &[u8]) {
     if let Ok(text) = std::str::from_utf8(bytes) {
@@ -363,6 +340,8 @@ pub fn check_outbox_read(bytes: &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    use fuzz_replay::replay;
+
     use super::*;
 
     #[test]

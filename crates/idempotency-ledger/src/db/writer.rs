@@ -6,7 +6,8 @@
 //! only queue for it, and with `synchronous = FULL` each of their commits
 //! pays its own `fsync`. Here the queue is explicit instead:
 //!
-//! 1. a caller hands [`Writer::run`] one unit of work and blocks;
+//! 1. a caller hands [`Writer::run`] one unit of work and awaits its answer
+//!    (holding no thread: the answer comes on a oneshot channel);
 //! 2. the writer thread takes the first unit off the queue, opens a
 //!    transaction (`BEGIN IMMEDIATE`, which also serialises it against other
 //!    processes on the same file) and runs the unit inside its own
@@ -56,9 +57,11 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 use diesel::Connection;
 use diesel::connection::SimpleConnection;
@@ -67,7 +70,7 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::Error as DieselError;
 use diesel::sqlite::{Sqlite, SqliteConnection};
 
-use super::Conn;
+use super::pool::Conn;
 use super::sqlite::SqliteSession;
 
 /// The most units one transaction commits.
@@ -126,10 +129,18 @@ trait Job: Send {
     fn answer_elsewhere(&self) -> Box<dyn FnOnce(WriteError) + Send>;
 }
 
+/// What a caller is answered: its unit's result, or why the batch failed.
+type Answer<T, E> = Result<Result<T, E>, WriteError>;
+
+/// Where a caller's answer goes: taken by whichever answers first.
+type Reply<T, E> = Arc<Mutex<Option<oneshot::Sender<Answer<T, E>>>>>;
+
 struct Pending<F, T, E> {
     work: Option<F>,
-    outcome: Option<Result<Result<T, E>, WriteError>>,
-    reply: SyncSender<Result<Result<T, E>, WriteError>>,
+    outcome: Option<Answer<T, E>>,
+    /// Taken by whichever answers first: the writer thread after the batch,
+    /// or the watchdog when it abandons the batch.
+    reply: Reply<T, E>,
 }
 
 impl<F, T, E> Job for Pending<F, T, E>
@@ -157,15 +168,20 @@ where
             (Err(e), _) => Err(e),
             (Ok(()), None) => Err(WriteError::Unavailable("the unit never ran".into())),
         };
-        // The caller may have gone (its request was cancelled); nothing to do.
-        let _ = self.reply.try_send(answer);
+        answer_once(&self.reply, answer);
     }
 
     fn answer_elsewhere(&self) -> Box<dyn FnOnce(WriteError) + Send> {
-        let reply = self.reply.clone();
-        Box::new(move |e| {
-            let _ = reply.try_send(Err(e));
-        })
+        let reply = Arc::clone(&self.reply);
+        Box::new(move |e| answer_once(&reply, Err(e)))
+    }
+}
+
+/// Sends the caller its answer unless it was answered already. The caller
+/// may have gone (its request was cancelled): nothing to do then.
+fn answer_once<T>(reply: &Mutex<Option<oneshot::Sender<T>>>, answer: T) {
+    if let Some(sender) = locked(reply).take() {
+        let _ = sender.send(answer);
     }
 }
 
@@ -254,6 +270,7 @@ impl Writer {
         })
     }
 
+    /// What the writer has done so far.
     pub fn stats(&self) -> WriterStats {
         let counters = &self.shared.counters;
         WriterStats {
@@ -264,20 +281,44 @@ impl Writer {
         }
     }
 
-    /// Runs `work` in the next batch and blocks until that batch is over.
+    /// Runs `work` in the next batch and resolves once that batch is over.
     /// `Ok(result)` means `work` ran and, when `result` is `Ok`, its changes
     /// are committed and synced; an `Err` result was rolled back.
-    pub fn run<F, T, E>(&self, work: F) -> Result<Result<T, E>, WriteError>
+    pub async fn run<F, T, E>(&self, work: F) -> Answer<T, E>
     where
         F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: Send + 'static,
     {
-        let (reply, answer) = mpsc::sync_channel(1);
+        self.submit(work)?
+            .await
+            .unwrap_or_else(|_| Err(stopped_mid_batch()))
+    }
+
+    /// [`Writer::run`] for a caller on a thread that may block.
+    pub fn run_blocking<F, T, E>(&self, work: F) -> Answer<T, E>
+    where
+        F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.submit(work)?
+            .blocking_recv()
+            .unwrap_or_else(|_| Err(stopped_mid_batch()))
+    }
+
+    /// Queues `work`; its answer comes on the returned channel.
+    fn submit<F, T, E>(&self, work: F) -> Result<oneshot::Receiver<Answer<T, E>>, WriteError>
+    where
+        F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
         let job = Box::new(Pending {
             work: Some(work),
             outcome: None,
-            reply,
+            reply: Arc::new(Mutex::new(Some(reply))),
         });
         let queue = self
             .queue
@@ -294,10 +335,14 @@ impl Writer {
                 }
             }
         })?;
-        answer
-            .recv()
-            .map_err(|_| WriteError::Unavailable("the writer stopped mid-batch".into()))?
+        Ok(answer)
     }
+}
+
+/// A caller whose reply channel closed unanswered: the thread that held its
+/// unit died.
+fn stopped_mid_batch() -> WriteError {
+    WriteError::Unavailable("the writer stopped mid-batch".into())
 }
 
 impl Drop for Writer {

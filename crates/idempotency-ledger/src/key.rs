@@ -1,7 +1,5 @@
 //! The `Idempotency-Key` request header, parsed once at the edge.
 
-use actix_web::http::header::HeaderMap;
-
 /// The header's name.
 pub const HEADER: &str = "Idempotency-Key";
 /// The longest key accepted, in characters (all keys are ASCII).
@@ -15,27 +13,35 @@ pub struct IdempotencyKey(String);
 /// Why a request's key was refused; the message is the problem's `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// No value, an empty one, only whitespace, or `""`.
     #[error("Idempotency-Key header is required")]
     Missing,
+    /// The header was sent more than once.
     #[error("Idempotency-Key header must be sent only once")]
     Repeated,
+    /// More than [`MAX_LEN`] characters.
     #[error("Idempotency-Key must be at most 255 characters")]
     TooLong,
+    /// A byte outside printable ASCII (0x20–0x7E).
     #[error("Idempotency-Key must contain only printable ASCII characters (0x20-0x7E)")]
     NotPrintableAscii,
+    /// A quoted value that is not a valid RFC 8941 string.
     #[error("Idempotency-Key is a malformed RFC 8941 string")]
     MalformedQuotedString,
 }
 
 impl IdempotencyKey {
-    /// Reads the key from a request's headers.
-    pub fn from_headers(headers: &HeaderMap) -> Result<Self, KeyError> {
-        let mut values = headers.get_all(HEADER);
+    /// Reads the key from every value a request sent for [`HEADER`]
+    /// (whatever the HTTP library, e.g. actix-web's
+    /// `headers.get_all(HEADER).map(|v| v.as_bytes())`): exactly one is
+    /// allowed.
+    pub fn from_values<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Result<Self, KeyError> {
+        let mut values = values.into_iter();
         let value = values.next().ok_or(KeyError::Missing)?;
         if values.next().is_some() {
             return Err(KeyError::Repeated);
         }
-        Self::parse(value.as_bytes())
+        Self::parse(value)
     }
 
     /// Applies the rules to one header value's bytes.
@@ -60,6 +66,7 @@ impl IdempotencyKey {
         Ok(Self(value))
     }
 
+    /// The key's value (unquoted).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -137,6 +144,17 @@ mod tests {
     fn a_malformed_quoted_string_is_refused() {
         assert_eq!(parse(r#""a\nb""#), Err(KeyError::MalformedQuotedString));
         assert_eq!(parse(r#""a"b""#), Err(KeyError::MalformedQuotedString));
+    }
+
+    #[test]
+    fn a_header_sent_twice_is_refused_and_one_never_sent_is_missing() {
+        let twice: [&[u8]; 2] = [b"a", b"a"];
+        assert_eq!(IdempotencyKey::from_values(twice), Err(KeyError::Repeated));
+        assert_eq!(IdempotencyKey::from_values([]), Err(KeyError::Missing));
+        assert_eq!(
+            IdempotencyKey::from_values([b"k".as_slice()]).map(|k| k.as_str().to_owned()),
+            Ok("k".to_owned())
+        );
     }
 
     #[test]

@@ -50,13 +50,13 @@ static PG_WORDING: RwLock<Vec<(String, Failure)>> = RwLock::new(Vec::new());
 /// Classifies a diesel error by what the client can do about it.
 ///
 /// A lost connection is also reported to the pool (see
-/// [`super::PgManager`]), so that the connection this thread holds is
+/// [`PgManager`](super::PgManager)), so that the connection this thread holds is
 /// dropped, not handed out again, when it goes back.
 pub fn classify(error: &DieselError) -> Failure {
     match error {
         DieselError::DatabaseError(kind, info) => match kind {
             DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand => {
-                super::note_connection_lost();
+                super::pg::note_connection_lost();
                 Failure::Unavailable
             }
             // 25006: this node cannot write now (a hot standby, or a primary
@@ -86,7 +86,7 @@ pub fn classify(error: &DieselError) -> Failure {
 /// Makes the PostgreSQL server at `url` fail once with `lock_timeout` and
 /// once with `statement_timeout`, and remembers its wording of each, so that
 /// [`classify`] knows them. Two short sessions, a few milliseconds.
-pub(crate) fn learn_wording(url: &str) -> Result<(), DieselError> {
+pub fn learn_wording(url: &str) -> Result<(), DieselError> {
     let mut holder = PgConnection::establish(url).map_err(connection_lost)?;
     let mut waiter = PgConnection::establish(url).map_err(connection_lost)?;
     // A lock id nobody else uses: a random one.

@@ -1,0 +1,15 @@
+-- The idempotency ledger's table on PostgreSQL: one entry per (key, user),
+-- each written with its response in the same transaction as the change it
+-- answers. Add it to the application's migrations.
+CREATE TABLE idempotency_ledger (
+    idempotency_key     TEXT        NOT NULL,
+    user_id             TEXT        NOT NULL,
+    request_fingerprint TEXT        NOT NULL,
+    response_status     INTEGER     NOT NULL,
+    response_headers    TEXT        NOT NULL,
+    response_body       BYTEA       NOT NULL,
+    created_at          TIMESTAMPTZ NOT NULL,
+    expires_at          TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (idempotency_key, user_id)
+);
+CREATE INDEX idempotency_ledger_expires_at ON idempotency_ledger (expires_at);
