@@ -20,6 +20,11 @@ pub enum Point {
     /// request took its key in this process (before its read): the key is
     /// held, nothing else is.
     AfterEnter,
+    /// In [`Ledger::execute`](crate::Ledger::execute), when a request
+    /// begins waiting for another request of this process that holds its
+    /// key: it is counted among the key's waiters and holds nothing else.
+    /// Released, it goes on waiting for the holder as any waiter does.
+    Waiting,
 }
 
 #[derive(Debug)]
