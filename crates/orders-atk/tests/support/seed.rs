@@ -25,11 +25,10 @@
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use orders_atk::wire::Message;
 use serde_json::{Value, json};
@@ -90,6 +89,7 @@ impl Quirks {
 /// The seed's design on a free port of 127.0.0.1, until dropped.
 pub struct SeedServer {
     pub address: String,
+    local: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     state: Arc<Mutex<State>>,
@@ -123,8 +123,8 @@ impl SeedServer {
 
     pub fn with_quirks(dialect: Dialect, quirks: Quirks) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the seed server");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let address = format!("http://{}", listener.local_addr().expect("address"));
+        let local = listener.local_addr().expect("address");
+        let address = format!("http://{local}");
         let state = Arc::new(Mutex::new(State {
             dialect,
             quirks,
@@ -135,20 +135,23 @@ impl SeedServer {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (stop, state) = (Arc::clone(&stop), Arc::clone(&state));
+            // Blocks in `accept`; dropping the server wakes it with a
+            // connection of its own.
             std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let state = Arc::clone(&state);
-                            std::thread::spawn(move || serve(client, &state));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                for client in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Ok(client) = client {
+                        let state = Arc::clone(&state);
+                        std::thread::spawn(move || serve(client, &state));
                     }
                 }
             })
         };
         Self {
             address,
+            local,
             stop,
             thread: Some(thread),
             state,
@@ -164,6 +167,8 @@ impl SeedServer {
 impl Drop for SeedServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which then sees `stop`.
+        let _ = TcpStream::connect(self.local);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -171,7 +176,6 @@ impl Drop for SeedServer {
 }
 
 fn serve(client: TcpStream, state: &Mutex<State>) {
-    client.set_nonblocking(false).expect("blocking");
     let mut reader = BufReader::new(client.try_clone().expect("clone"));
     let Some(request) = Message::read(&mut reader) else {
         return;
