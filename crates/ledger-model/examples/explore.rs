@@ -6,7 +6,8 @@
 //! ```
 //!
 //! `design` is one of `correct` (the default), `claim-first`, `no-unique`,
-//! `record-outside`, `replay-skips-fingerprint`, `permit-while-waiting`;
+//! `record-outside`, `replay-skips-fingerprint`, `permit-while-waiting`,
+//! `answer-before-commit`;
 //! each `name=value` sets a field of `Bounds` (`clients=3 crashes=2
 //! one_statement=false`), and `threads=N` the checker's threads.
 
@@ -52,6 +53,7 @@ fn parse_design(s: &str) -> Option<Design> {
         "record-outside" => Design::RecordOutsideTransaction,
         "replay-skips-fingerprint" => Design::ReplaySkipsFingerprint,
         "permit-while-waiting" => Design::PermitHeldWhileWaiting,
+        "answer-before-commit" => Design::AnswerBeforeCommit,
         _ => return None,
     })
 }

@@ -83,16 +83,20 @@ pub enum Design {
     /// The write admission slot is taken on arrival, before the in-flight
     /// wait, and held while waiting.
     PermitHeldWhileWaiting,
+    /// The `201` leaves before `COMMIT` returns: a commit that then fails
+    /// leaves an answer for a change that never happened.
+    AnswerBeforeCommit,
 }
 
 impl Design {
     /// Every known wrong design.
-    pub const MUTANTS: [Design; 5] = [
+    pub const MUTANTS: [Design; 6] = [
         Design::ClaimFirstWithoutLease,
         Design::NoUniqueColumn,
         Design::RecordOutsideTransaction,
         Design::ReplaySkipsFingerprint,
         Design::PermitHeldWhileWaiting,
+        Design::AnswerBeforeCommit,
     ];
 
     /// `orders` carries `UNIQUE (user_id, idempotency_key)`.

@@ -663,6 +663,9 @@ impl LedgerModel {
         let req = &mut s.reqs[i];
         req.tx.entry = true;
         req.pc = Pc::Committing;
+        if self.design == Design::AnswerBeforeCommit {
+            self.deliver(s, id, Reply::Created(id));
+        }
     }
 
     fn crash(&self, s: &mut State, process: u8) {
@@ -909,7 +912,17 @@ impl Model for LedgerModel {
                     Reply::Unavailable
                 };
                 s.reqs[i].tx = Tx::default();
-                self.answer(&mut s, i, reply);
+                if self.design == Design::AnswerBeforeCommit {
+                    // Answered already: the request just ends.
+                    let req = s.reqs.remove(i);
+                    if let Some(slot) = s.slots.get_mut(usize::from(req.process))
+                        && *slot == Some(id)
+                    {
+                        *slot = None;
+                    }
+                } else {
+                    self.answer(&mut s, i, reply);
+                }
             }
             Action::RecordAfter(id) => {
                 let i = at(&s, id)?;

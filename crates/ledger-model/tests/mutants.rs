@@ -5,7 +5,8 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 use ledger_model::properties::{
-    CHANGE_WITH_ANSWER, KEY_FREED, ONE_ORDER, SAME_BODY_ONLY, WAITER_HOLDS_NO_PERMIT,
+    CHANGE_WITH_ANSWER, COMMITTED_ONLY, KEY_FREED, LINEARIZABLE, ONE_ORDER, SAME_BODY_ONLY,
+    WAITER_HOLDS_NO_PERMIT,
 };
 use ledger_model::{Bounds, Design, LedgerModel, find, trace};
 
@@ -77,4 +78,27 @@ fn a_permit_taken_before_the_in_flight_wait_is_held_by_a_waiting_duplicate() {
         WAITER_HOLDS_NO_PERMIT,
     );
     assert!(text.contains("holding a write permit"), "{text}");
+}
+
+#[test]
+fn an_answer_sent_before_commit_returns_is_a_2xx_for_a_change_that_did_not_commit() {
+    let bounds = Bounds {
+        one_statement: false,
+        ..Bounds::default()
+    };
+    let text = counterexample(Design::AnswerBeforeCommit, bounds, COMMITTED_ONLY);
+    // The 201 is out while nothing is committed: a lost connection or a
+    // crash at the COMMIT would now roll the change back.
+    assert!(text.contains("is answered 201"), "{text}");
+    assert!(text.contains("end: orders [];"), "{text}");
+}
+
+/// The register view of the key finds, on its own, what the specific
+/// properties find: an answer from another body's execution, and a second
+/// execution.
+#[test]
+fn the_linearizability_check_alone_finds_the_skipped_fingerprint_and_the_second_order() {
+    for design in [Design::ReplaySkipsFingerprint, Design::NoUniqueColumn] {
+        counterexample(design, Bounds::default(), LINEARIZABLE);
+    }
 }
