@@ -38,7 +38,7 @@
 //! | lost connections (before a statement runs, or its acknowledgement) | 1 |
 //! | holders hung past their lease | 1 |
 //! | purges at retention | 1 |
-//! | write admission slots per process | 1 |
+//! | write admission slots per process | 1 (2 in one of the three runs of the correct design) |
 //! | waiters per key per process | 1 |
 //! | looks again at a key another process's unit holds | 1 |
 //!
@@ -109,7 +109,7 @@ impl Design {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Bounds {
     /// Clients sharing the key (client 0 sends body A; each other client A
-    /// or B, both explored).
+    /// or B, both explored; past 32 the others all send A).
     pub clients: u8,
     /// Attempts per client.
     pub attempts: u8,

@@ -549,7 +549,7 @@ impl LedgerModel {
             client,
             attempt: c.sent,
         };
-        c.sent += 1;
+        c.sent = c.sent.saturating_add(1);
         c.waiting = Some(id.attempt);
         let body = c.body;
         let _ = s.history.on_invoke(id, Create { body, order: id });
@@ -669,7 +669,7 @@ impl LedgerModel {
     }
 
     fn crash(&self, s: &mut State, process: u8) {
-        s.budget.crashes -= 1;
+        s.budget.crashes = s.budget.crashes.saturating_sub(1);
         let (dying, living): (Vec<Req>, Vec<Req>) =
             s.reqs.drain(..).partition(|r| r.process == process);
         s.reqs = living;
@@ -697,13 +697,14 @@ impl Model for LedgerModel {
 
     fn init_states(&self) -> Vec<State> {
         let others = self.bounds.clients.saturating_sub(1);
-        (0..1u32 << others)
+        (0..1u32.checked_shl(u32::from(others)).unwrap_or(1))
             .map(|choice| {
                 let clients = (0..self.bounds.clients)
                     .map(|c| Client {
                         // Client 0 sends body A; each other client sends A
                         // (a duplicate) or B (the key reused) by choice.
-                        body: if c > 0 && choice & (1 << (c - 1)) != 0 {
+                        body: if c > 0 && choice.checked_shr(u32::from(c - 1)).unwrap_or(0) & 1 != 0
+                        {
                             Body::B
                         } else {
                             Body::A
@@ -867,7 +868,7 @@ impl Model for LedgerModel {
                     // Whatever it cannot decide goes the general way.
                     (Net::Acked, _) => s.reqs[i].pc = Pc::Locking,
                     (Net::AckLost | Net::Lost, _) => {
-                        s.budget.losses -= 1;
+                        s.budget.losses = s.budget.losses.saturating_sub(1);
                         self.answer(&mut s, i, Reply::Unavailable);
                     }
                 }
@@ -882,7 +883,7 @@ impl Model for LedgerModel {
                     if req.polls == 0 {
                         self.answer(&mut s, i, Reply::InProgress);
                     } else {
-                        req.polls -= 1;
+                        req.polls = req.polls.saturating_sub(1);
                         req.pc = Pc::Reading;
                     }
                 } else {
@@ -908,7 +909,7 @@ impl Model for LedgerModel {
                 let reply = if net == Net::Acked {
                     Reply::Created(id)
                 } else {
-                    s.budget.losses -= 1;
+                    s.budget.losses = s.budget.losses.saturating_sub(1);
                     Reply::Unavailable
                 };
                 s.reqs[i].tx = Tx::default();
@@ -937,7 +938,7 @@ impl Model for LedgerModel {
             }
             Action::LeaseRunsOut(id) => {
                 let i = at(&s, id)?;
-                s.budget.hangs -= 1;
+                s.budget.hangs = s.budget.hangs.saturating_sub(1);
                 s.reqs[i].expired = true;
             }
             Action::Crash { process } => self.crash(&mut s, process),
@@ -955,7 +956,7 @@ impl Model for LedgerModel {
                 }
             }
             Action::Purge => {
-                s.budget.purges -= 1;
+                s.budget.purges = s.budget.purges.saturating_sub(1);
                 s.db.entry = None;
                 s.db.purged = true;
             }
