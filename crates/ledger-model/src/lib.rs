@@ -81,7 +81,8 @@ pub enum Design {
     /// key gets the first one's answer.
     ReplaySkipsFingerprint,
     /// The write admission slot is taken on arrival, before the in-flight
-    /// wait, and held while waiting.
+    /// wait, and held to the answer: while waiting in the process, and
+    /// while pausing between looks at a key another process holds.
     PermitHeldWhileWaiting,
     /// The `201` leaves before `COMMIT` returns: a commit that then fails
     /// leaves an answer for a change that never happened.

@@ -39,8 +39,15 @@ pub fn all() -> Vec<Property<LedgerModel>> {
                 || s.db.purged
                 || matches!(s.db.entry, Some(crate::model::Entry::Recorded { .. }))
         }),
-        Property::always(WAITER_HOLDS_NO_PERMIT, |_, s: &State| {
-            s.reqs.iter().all(|r| r.pc != Pc::Waiting || !r.permit)
+        // Waiting in its process's registry, or between two looks at a key
+        // another process's unit holds (back at its read, with a look
+        // spent): either way without a write admission slot.
+        Property::always(WAITER_HOLDS_NO_PERMIT, |m: &LedgerModel, s: &State| {
+            s.reqs.iter().all(|r| {
+                let waits =
+                    r.pc == Pc::Waiting || (r.pc == Pc::Reading && r.polls < m.bounds.polls);
+                !(waits && r.permit)
+            })
         }),
         Property::always(LINEARIZABLE, |_, s: &State| s.linearizable),
         Property::eventually(ANSWERED, |m: &LedgerModel, s: &State| {
