@@ -43,7 +43,8 @@ pub enum Pc {
     /// [`Design::ClaimFirstWithoutLease`]: admitted; next: commit a claim.
     Claiming,
     /// Admitted; the one-statement create (`store::insert_recorded`) is
-    /// sent, and the database runs it.
+    /// sent, and the database runs it: it writes (and goes on to its
+    /// commit, `Committing`) or writes nothing (the general way).
     Statement,
     /// Admitted; next: `BEGIN` and `store::lock_key`.
     Locking,
@@ -51,7 +52,8 @@ pub enum Pc {
     Changing,
     /// Changed; next: the lease fence and `store::record`.
     Recording,
-    /// `COMMIT` sent; the database commits it (or the connection breaks).
+    /// `COMMIT` sent (or the one-statement create ending, which commits
+    /// it); the database commits it, or the connection breaks.
     Committing,
     /// [`Design::RecordOutsideTransaction`]: the change committed alone;
     /// next: the entry, in a statement of its own.
@@ -263,7 +265,8 @@ pub enum Action {
     Read(ReqId),
     /// Claim-first: the claim's own committed `INSERT`.
     Claim(ReqId),
-    /// The database runs the one-statement create.
+    /// The database runs the one-statement create (`Acked`: it ran, up to
+    /// its commit; `Lost`: the connection broke before it ran).
     Statement(ReqId, Net),
     /// `BEGIN`; try the key's lock.
     Lock(ReqId),
@@ -759,9 +762,6 @@ impl Model for LedgerModel {
                     if run != StatementRun::Blocked {
                         actions.push(Action::Statement(id, Net::Acked));
                     }
-                    if losses && run == StatementRun::Writes {
-                        actions.push(Action::Statement(id, Net::AckLost));
-                    }
                     if losses {
                         actions.push(Action::Statement(id, Net::Lost));
                     }
@@ -857,20 +857,25 @@ impl Model for LedgerModel {
             }
             Action::Statement(id, net) => {
                 let i = at(&s, id)?;
-                let run = self.statement_run(&s, id);
-                if net != Net::Lost && run == StatementRun::Writes {
-                    self.apply(&mut s, id, true, true);
-                }
-                match (net, run) {
-                    (Net::Acked, StatementRun::Writes) => {
-                        self.answer(&mut s, i, Reply::Created(id));
-                    }
-                    // Whatever it cannot decide goes the general way.
-                    (Net::Acked, _) => s.reqs[i].pc = Pc::Locking,
-                    (Net::AckLost | Net::Lost, _) => {
+                match (net, self.statement_run(&s, id)) {
+                    (Net::Lost | Net::AckLost, _) => {
                         s.budget.losses = s.budget.losses.saturating_sub(1);
                         self.answer(&mut s, i, Reply::Unavailable);
                     }
+                    // It took the lock and wrote both rows; they commit as
+                    // the statement ends (`Commit`), and meanwhile the lock
+                    // is held like any unit's.
+                    (Net::Acked, StatementRun::Writes) => {
+                        let req = &mut s.reqs[i];
+                        req.tx = Tx {
+                            lock: true,
+                            order: true,
+                            entry: true,
+                        };
+                        req.pc = Pc::Committing;
+                    }
+                    // Whatever it cannot decide goes the general way.
+                    (Net::Acked, _) => s.reqs[i].pc = Pc::Locking,
                 }
             }
             Action::Lock(id) => {

@@ -130,17 +130,16 @@ fn step(before: &State, action: Action, after: &State) -> String {
         },
         Action::Claim(id) => format!("{} commits a claim on the key", name(id)),
         Action::Statement(id, n) => {
-            let wrote = after.db.orders.len() > before.db.orders.len();
+            let what = match req(id).map(|r| r.pc) {
+                Some(Pc::Committing) => {
+                    "takes the lock, writes order and entry; they commit as it ends"
+                }
+                Some(_) => "it writes nothing, so the general way decides",
+                None => "nothing",
+            };
             format!(
-                "the database runs {}'s one-statement create: {}{}",
+                "the database runs {}'s one-statement create: {what}{}",
                 name(id),
-                if wrote {
-                    "lock, order and entry committed"
-                } else if n == Net::Lost {
-                    "nothing"
-                } else {
-                    "it writes nothing, so the general way decides"
-                },
                 net(n)
             )
         }

@@ -52,7 +52,37 @@ fn a_duplicate_in_the_same_process_waits_holding_nothing_and_replays_the_first_a
             send(1, 0),
             Action::Read(first),
             Action::Statement(first, Net::Acked),
+            Action::Commit(first, Net::Acked),
             Action::Wake(second),
+            Action::Read(second),
+        ],
+    );
+    assert_eq!(
+        end.replies,
+        [
+            (first, Reply::Created(first)),
+            (second, Reply::Replayed(first))
+        ]
+    );
+}
+
+#[test]
+fn a_one_statement_create_that_meets_another_ones_lock_goes_the_general_way_and_replays() {
+    let (first, second) = (id(0, 0), id(1, 0));
+    let end = play(
+        Bounds::default(),
+        Body::A,
+        &[
+            send(0, 0),
+            Action::Read(first),
+            Action::Statement(first, Net::Acked),
+            send(1, 1),
+            Action::Read(second),
+            // The first statement still holds the key's lock: this one
+            // writes nothing, and its unit finds the lock held.
+            Action::Statement(second, Net::Acked),
+            Action::Lock(second),
+            Action::Commit(first, Net::Acked),
             Action::Read(second),
         ],
     );
@@ -103,7 +133,8 @@ fn a_retry_after_a_lost_acknowledgement_and_the_purge_is_answered_from_the_order
         &[
             send(0, 0),
             Action::Read(first),
-            Action::Statement(first, Net::AckLost),
+            Action::Statement(first, Net::Acked),
+            Action::Commit(first, Net::AckLost),
             Action::Purge,
             send(0, 1),
             Action::Read(retry),
