@@ -33,3 +33,4 @@ mod schema_parity;
 mod settings;
 mod shutdown;
 mod smoke;
+mod web_app;
