@@ -144,15 +144,18 @@ test(`${BACKEND}: answers lost by the front and the server killed and restarted 
 
     // The first answer to every key is lost (the server did answer); the
     // third request is held until the server has been killed, so it finds
-    // no server, which then comes back; the fifth request's answer, already
-    // committed, is lost together with the server.
+    // no server, which then comes back; the first answer after that, already
+    // committed, is lost together with the server, killed again.
     const firstAnswer = new Set();
+    let restarted = false;
+    let lostWithTheServer = null;
     t.proxy.onRequest = async (entry) => {
       if (entry.key && t.proxy.mutations().indexOf(entry) === 2) await t.server.kill();
     };
     t.proxy.onAnswer = async (entry) => {
       if (!entry.key) return 'pass';
-      if (t.proxy.mutations().indexOf(entry) === 4) {
+      if (restarted && !lostWithTheServer) {
+        lostWithTheServer = entry;
         await t.server.kill();
         await t.server.start();
         return 'drop';
@@ -164,6 +167,7 @@ test(`${BACKEND}: answers lost by the front and the server killed and restarted 
     await t.context.setOffline(false);
     await t.proxy.waitFor('a send to find the server gone', (e) => e.outcome === 'bad gateway', 60_000);
     await t.server.start();
+    restarted = true;
     await waitForAll(page, 6, 'done', 120_000);
 
     const { orders } = await t.server.orders(t.token);
@@ -182,6 +186,11 @@ test(`${BACKEND}: answers lost by the front and the server killed and restarted 
       assert.ok(sent.every((e) => e.method === sent[0].method && e.body === sent[0].body), 'every attempt is the same request');
     }
     assert.ok(t.proxy.mutations().some((e) => e.outcome === 'bad gateway'), 'a send found the server gone');
+    assert.equal(t.server.starts, 3, 'the server was killed twice during the drain, and came back');
+    const lost = lostWithTheServer;
+    assert.equal(lost.outcome, 'dropped');
+    assert.ok(lost.status < 300, `the lost answer was a success: ${lost.status}`);
+    assert.ok(keys.get(lost.key).some((e) => e.n > lost.n && e.replayed), 'the answer lost with the server is replayed by the restarted one');
   });
 });
 
@@ -211,6 +220,67 @@ test(`${BACKEND}: a reload in the middle of a send sends the operation again wit
     exactlyOnce(orders, ['Interrupted']);
     const [done] = await outboxOf(page);
     assert.equal(done.orderId, orders[0].id);
+  });
+});
+
+test(`${BACKEND}: a tab closed in the middle of a send leaves the operation to another tab, which sends it with its key`, TEST, async () => {
+  await withSetUp(async (t) => {
+    const a = await t.open('tab a');
+    const b = await t.open('tab b');
+    let release;
+    const held = new Promise((resolve) => { release = resolve; });
+    t.proxy.onAnswer = async (entry) => (entry.key && t.proxy.mutations().indexOf(entry) === 0 ? held : 'pass');
+
+    await queueOrder(a, { item: 'Orphaned', quantity: 1, price: '8.00' });
+    await a.waitForSelector('[data-op-state="sending"]');
+    const [sending] = await outboxOf(a);
+    await t.proxy.waitFor('the first send to be answered by the server', (e) => e.key === sending.key && e.status === 201);
+    await a.close();
+    release('pass');
+
+    // Tab b takes the lock the closed tab held, finds the operation
+    // `sending` and sends it again, with the same key.
+    await waitForAll(b, 1, 'done');
+    const sends = byKey(t.proxy).get(sending.key);
+    assert.deepEqual(sends.map((e) => [e.status, e.replayed]), [[201, false], [200, true]]);
+    const { orders } = await t.server.orders(t.token);
+    exactlyOnce(orders, ['Orphaned']);
+  });
+});
+
+test(`${BACKEND}: a send that gets no answer within 10 s is abandoned and sent again with its key`, TEST, async () => {
+  await withSetUp(async (t) => {
+    const page = await t.open();
+    // The server executes the first send; its answer is held until the browser gives up on it.
+    t.proxy.onAnswer = async (entry) => (entry.key && t.proxy.mutations().indexOf(entry) === 0 ? entry.gone.then(() => 'pass') : 'pass');
+
+    await queueOrder(page, { item: 'Slow', quantity: 1, price: '1.00' });
+    await page.waitForSelector('[data-op-state="sending"]');
+    await waitForAll(page, 1, 'done', 40_000);
+
+    const [op] = await outboxOf(page);
+    const sends = byKey(t.proxy).get(op.key);
+    assert.deepEqual(sends.map((e) => [e.status, e.replayed, e.outcome]), [[201, false, 'browser gone'], [200, true, 'passed']]);
+    assert.ok(sends[1].at - sends[0].at >= 10_000, `sent again only after the 10 s timeout (${sends[1].at - sends[0].at} ms)`);
+    const { orders } = await t.server.orders(t.token);
+    exactlyOnce(orders, ['Slow']);
+  });
+});
+
+test(`${BACKEND}: the page lists the newest 100 orders and says there are more`, TEST, async () => {
+  await withSetUp(async (t) => {
+    for (let i = 1; i <= 101; i += 1) {
+      const res = await fetch(`${t.server.url}/v1/orders`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${t.token}`, 'Idempotency-Key': `seed-${i}`, 'Content-Type': 'application/json' },
+        body: `{"item":"seeded ${i}","quantity":1,"price":1}`,
+      });
+      assert.equal(res.status, 201, await res.text());
+    }
+    const page = await t.open();
+    await page.waitForFunction(() => document.querySelectorAll('#orders [data-order-id]').length === 100);
+    assert.equal(await page.locator('#orders-state').textContent(), 'the newest 100');
+    assert.equal(await page.locator('#orders .order-item').first().textContent(), 'seeded 101');
   });
 });
 

@@ -58,6 +58,8 @@ export class Server {
     this.databaseUrl = databaseUrl;
     this.child = null;
     this.address = null;
+    /** How many times it was started. */
+    this.starts = 0;
   }
 
   /** Migrates a new database and creates a key for `user`: its token. */
@@ -73,6 +75,7 @@ export class Server {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     this.child = child;
+    this.starts += 1;
     this.exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     let log = '';
     this.address = await within(30_000, 'the server to listen', new Promise((resolve, reject) => {
@@ -181,7 +184,12 @@ export class Proxy {
     for await (const chunk of req) chunks.push(chunk);
     const body = Buffer.concat(chunks);
     const key = req.headers['idempotency-key'] ?? null;
-    const entry = { n: this.log.length + 1, method: req.method, path: req.url, key, body: body.toString('utf8'), status: null, outcome: 'pending' };
+    const entry = { n: this.log.length + 1, at: Date.now(), method: req.method, path: req.url, key, body: body.toString('utf8'), status: null, outcome: 'pending' };
+    /** Resolves when the browser closed this request's connection. */
+    entry.gone = new Promise((resolve) => {
+      if (req.socket.destroyed) resolve();
+      else req.socket.once('close', resolve);
+    });
     this.log.push(entry);
     if (key) {
       if (this.inFlight.has(key)) this.overlaps.push(key);
@@ -200,6 +208,7 @@ export class Proxy {
       }
       entry.status = answer.status;
       entry.replayed = answer.headers['idempotent-replayed'] === 'true';
+      this.notify(entry); // answered by the server, not yet passed on
       const verdict = this.onAnswer ? await this.onAnswer(entry) : 'pass';
       if (verdict === 'drop') {
         entry.outcome = 'dropped';
