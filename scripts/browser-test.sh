@@ -2,9 +2,10 @@
 # The web client (/app/) in a real browser: Debian's Chromium, headless,
 # driven by playwright-core with node's own test runner (tests/browser/),
 # against the release binary, on SQLite and on PostgreSQL. Installs what is
-# missing (apt: chromium, nodejs, npm; npm ci in tests/browser, with no
-# browser download), builds, runs both backends, and cleans up what it
-# started.
+# missing (apt: chromium, nodejs, npm, the PostgreSQL client and, without
+# TEST_DATABASE_URL, server; npm ci in tests/browser, with no browser
+# download), builds, runs both backends (each test's database is dropped
+# after it), and cleans up what it started.
 #
 # Settings (environment):
 #   TEST_DATABASE_URL          an admin URL of a PostgreSQL server whose user may
@@ -22,6 +23,10 @@ need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+command -v psql >/dev/null || need+=(postgresql-client)
+if [ -z "${TEST_DATABASE_URL:-}" ]; then
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   apt-get update -qq

@@ -35,13 +35,25 @@ export function within(ms, what, promise) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/** A database no test has used: a SQLite file in a temp dir, or a new PostgreSQL database. */
-export function freshDatabaseUrl() {
+/** Every server process started, so that none outlives the tests. */
+const children = new Set();
+process.on('exit', () => { for (const child of children) child.kill('SIGKILL'); });
+
+/**
+ * A database no test has used: a SQLite file in a temp dir, or a new
+ * PostgreSQL database (`migrate` creates it); `drop()` removes it.
+ */
+export function freshDatabase() {
   const name = `browser_${randomUUID().replaceAll('-', '')}`;
-  if (!PG_URL) return `sqlite://${path.join(work, `${name}.db`)}`;
+  if (!PG_URL) return { url: `sqlite://${path.join(work, `${name}.db`)}`, drop() {} };
   const url = new URL(PG_URL);
   url.pathname = `/${name}`;
-  return url.toString();
+  return {
+    url: url.toString(),
+    drop() {
+      execFileSync('psql', [PG_URL, '-qc', `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`], { stdio: 'ignore' });
+    },
+  };
 }
 
 function run(args, databaseUrl) {
@@ -75,6 +87,8 @@ export class Server {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     this.child = child;
+    children.add(child);
+    child.once('exit', () => children.delete(child));
     this.starts += 1;
     this.exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     let log = '';
@@ -274,7 +288,8 @@ export function launchBrowser() {
  * context (its own IndexedDB, locks and service workers), alice's token.
  */
 export async function setUp(browser) {
-  const databaseUrl = freshDatabaseUrl();
+  const database = freshDatabase();
+  const databaseUrl = database.url;
   const token = Server.prepare(databaseUrl, 'alice');
   const server = await new Server(databaseUrl).start();
   const proxy = await new Proxy(server).start();
@@ -302,6 +317,7 @@ export async function setUp(browser) {
       await context.close();
       await proxy.close();
       await server.stop();
+      database.drop();
     },
   };
   return t;
