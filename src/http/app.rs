@@ -29,8 +29,8 @@ pub const PREFIX: &str = "/app";
 /// and `createElement` only, and its one Trusted Types policy
 /// (`orders-app`) lets through exactly one script URL, its service worker's.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-     connect-src 'self'; style-src 'self'; img-src 'self'; manifest-src 'self'; \
-     worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; \
+     connect-src 'self'; style-src 'self'; img-src 'self'; worker-src 'self'; \
+     base-uri 'none'; form-action 'self'; frame-ancestors 'none'; \
      require-trusted-types-for 'script'; trusted-types orders-app";
 
 /// One file of the page.

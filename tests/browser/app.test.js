@@ -380,3 +380,37 @@ test(`${BACKEND}: an operation the server refuses fails with the server's reason
     assert.ok(dump.includes(failed.key));
   });
 });
+
+test(`${BACKEND}: an operation changed in IndexedDB so that it no longer reads back fails unsent`, TEST, async () => {
+  await withSetUp(async (t) => {
+    const page = await t.open();
+    await t.context.setOffline(true);
+    await page.waitForSelector('#network[data-online="false"]');
+    await queueOrder(page, { item: 'Tampered', quantity: 1, price: '1.00' });
+    await queueOrder(page, { item: 'Intact', quantity: 1, price: '1.00' });
+    // Another script of this origin (or devtools) rewrites the first operation's key and kind.
+    await page.evaluate(() => new Promise((resolve, reject) => {
+      const open = indexedDB.open('orders-api-outbox');
+      open.onsuccess = () => {
+        const store = open.result.transaction('operations', 'readwrite').objectStore('operations');
+        const get = store.getAll();
+        get.onsuccess = () => {
+          const [first] = get.result;
+          first.key = 'x\r\nInjected: header';
+          store.put(first).onsuccess = () => resolve();
+        };
+        get.onerror = () => reject(get.error);
+      };
+      open.onerror = () => reject(open.error);
+    }));
+
+    await t.context.setOffline(false);
+    await page.waitForSelector('[data-op-state="failed"]');
+    await page.waitForSelector('[data-op-state="done"]');
+    const ops = await outboxOf(page);
+    assert.match(ops[0].text, /does not read back/);
+    assert.equal(t.proxy.mutations().length, 1, 'only the intact operation was sent');
+    const { orders } = await t.server.orders(t.token);
+    exactlyOnce(orders, ['Intact']);
+  });
+});

@@ -20,6 +20,7 @@
 // the token is wrong, not the operation: it stays queued and the drain stops.
 
 import * as outbox from './outbox.js';
+import { ORDER_ID } from './outbox.js';
 import { parseExact, problemText } from './orders.js';
 
 export const LOCK_NAME = 'orders-api-outbox-drain';
@@ -97,8 +98,11 @@ export async function send(op, token) {
     return retry(`${status}${code ? ` ${code}` : ''}`, wait);
   }
   let orderId = null;
+  // An answer's order is read once, here, and only as an order id: the
+  // path of every later operation on it is built from that, never from text.
   if (status >= 200 && status < 300 && op.kind === 'create' && typeof answer?.id === 'string') {
-    orderId = answer.id;
+    const id = answer.id.toLowerCase();
+    if (ORDER_ID.test(id)) orderId = id;
   }
   const reason = status >= 200 && status < 300 ? null : problemText(status, answer);
   return { answered: { status, answer, orderId, reason } };

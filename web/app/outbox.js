@@ -26,6 +26,13 @@ const DB_VERSION = 1;
 const STORE = 'operations';
 const STRICT = { durability: 'strict' };
 
+/** The method of each kind of operation: read from the kind when sent, never from the row. */
+export const METHODS = { create: 'POST', update: 'PATCH', cancel: 'DELETE' };
+/** An order id as the server writes it: a UUID, lower case. */
+export const ORDER_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** A key as this outbox writes it (crypto.randomUUID()). */
+const KEY = ORDER_ID;
+
 export const QUEUED = 'queued';
 export const SENDING = 'sending';
 export const DONE = 'done';
@@ -92,7 +99,7 @@ export function all() {
  * only shown.
  */
 export function enqueue(owner, { kind, target = null, body = null, summary = '', fields = null }) {
-  const method = { create: 'POST', update: 'PATCH', cancel: 'DELETE' }[kind];
+  const method = METHODS[kind];
   if (!method) throw new Error(`unknown operation ${kind}`);
   const key = crypto.randomUUID();
   return transaction('readwrite', async (store) => {
@@ -167,6 +174,21 @@ export function claim(owner, { force = false, forcedSince = 0 } = {}) {
           continue;
         }
       }
+      // The row is read back as this outbox writes it (another script of
+      // this origin, or the browser's devtools, may have changed it): an
+      // operation that does not read back fails unsent.
+      const unreadable = !METHODS[op.kind] ? `its kind "${op.kind}" is not create, update or cancel`
+        : typeof op.key !== 'string' || !KEY.test(op.key) ? 'its Idempotency-Key is not one this outbox writes'
+          : op.kind === 'cancel' ? (op.body == null ? null : 'a cancel has no body')
+            : typeof op.body !== 'string' ? 'it has no body' : null;
+      if (unreadable) {
+        op.state = FAILED;
+        op.reason = `not sent: the stored operation does not read back (${unreadable})`;
+        store.put(op);
+        open.delete(op.resource);
+        continue;
+      }
+      op.method = METHODS[op.kind];
       let path = ORDERS_PATH;
       if (op.kind !== 'create') {
         let id = op.target?.order ?? null;
@@ -182,7 +204,14 @@ export function claim(owner, { force = false, forcedSince = 0 } = {}) {
           }
           op.orderId = id;
         }
-        path = `${ORDERS_PATH}/${encodeURIComponent(id)}`;
+        if (typeof id !== 'string' || !ORDER_ID.test(id)) {
+          op.state = FAILED;
+          op.reason = 'not sent: its order id is not one the server gives';
+          store.put(op);
+          open.delete(op.resource);
+          continue;
+        }
+        path = `${ORDERS_PATH}/${id}`;
       }
       op.state = SENDING;
       op.path = path;
