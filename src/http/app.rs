@@ -25,8 +25,8 @@ pub const PREFIX: &str = "/app";
 
 /// The policy every file of the page is served with. `require-trusted-types-for`
 /// makes the browser refuse any string written into a script or HTML sink
-/// (`innerHTML` and the like): the page builds its DOM with `textContent`
-/// and `createElement` only, and its one Trusted Types policy
+/// (`innerHTML` and the like): the page builds its DOM from its templates
+/// and `textContent` only, and its one Trusted Types policy
 /// (`orders-app`) lets through exactly one script URL, its service worker's.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      connect-src 'self'; style-src 'self'; img-src 'self'; worker-src 'self'; \

@@ -2,7 +2,7 @@
 // orders the server has. Every change goes through the outbox (outbox.js)
 // and is sent by the drainer (drain.js); nothing here sends a mutation.
 //
-// The DOM is built with createElement and textContent only (the page's
+// The DOM is built from the page's templates and textContent only (the page's
 // policy refuses HTML strings); answers' numbers stay exact text.
 
 import * as outbox from './outbox.js';
