@@ -378,6 +378,12 @@ test(`${BACKEND}: an operation the server refuses fails with the server's reason
     }));
     assert.ok(!dump.includes(t.token), 'the token is not in the outbox');
     assert.ok(dump.includes(failed.key));
+
+    // Clearing the answered operations removes them; nothing is sent.
+    const sent = t.proxy.mutations().length;
+    await page.click('#clear-finished');
+    await page.waitForFunction(() => document.querySelectorAll('[data-op-state]').length === 0);
+    assert.equal(t.proxy.mutations().length, sent);
   });
 });
 

@@ -222,6 +222,12 @@ $('#order-form').addEventListener('submit', async (event) => {
 
 $('#sync-now').addEventListener('click', () => { drainer.drain({ force: true }); refreshOrders(); });
 $('#refresh-orders').addEventListener('click', () => refreshOrders());
+$('#clear-finished').addEventListener('click', async () => {
+  if (!state.owner) return;
+  await outbox.clearFinished(state.owner);
+  channel?.postMessage('changed');
+  await render();
+});
 
 addEventListener('online', () => { render(); refreshOrders(); });
 addEventListener('offline', () => render());
