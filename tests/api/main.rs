@@ -36,3 +36,4 @@ mod settings;
 mod shutdown;
 mod smoke;
 mod statements;
+mod web_app;
