@@ -407,6 +407,17 @@ mod tests {
     }
 
     #[test]
+    fn the_debian_changelog_names_this_version() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../debian/changelog");
+        let changelog = std::fs::read_to_string(&path).unwrap();
+        let version = orders_api::cli::VERSION.split(' ').next().unwrap();
+        assert!(
+            changelog.starts_with(&format!("{BIN} ({version}-1) ")),
+            "debian/changelog's first entry is not {version}-1: bump it with the version"
+        );
+    }
+
+    #[test]
     fn there_is_one_man_page_per_command() {
         let pages = man_pages().unwrap();
         let names: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
