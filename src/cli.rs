@@ -15,10 +15,20 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{DEFAULT_DATABASE_URL, DEFAULT_DB_TIMEOUT_SECS, DEFAULT_LEASE_SECS, Settings};
 use crate::db::{DatabaseUrl, PoolOptions};
 
+/// What `orders-api --version` prints after the name: the version and the
+/// commit the binary was built from (`unknown` outside a git checkout; see
+/// `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ORDERS_API_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "orders-api",
-    version,
+    version = VERSION,
     about = "An orders REST API in which every mutation is safe to retry",
     long_about = "An orders REST API in which every mutation is safe to retry.\n\n\
                   Without a command it serves, exactly as `orders-api serve`: the server's \

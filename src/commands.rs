@@ -94,6 +94,14 @@ fn serve(settings: &Settings) -> Result<(), CliError> {
                 local_addr(&settings.bind, app.port())
             );
         }
+        let listening = format!(
+            "listening on http://{}",
+            local_addr(&settings.bind, app.port())
+        );
+        startup::notify_supervisor(&[
+            startup::NotifyState::Ready,
+            startup::NotifyState::Status(&listening),
+        ]);
         app.run_until_stopped().await?;
         tracing::info!("stopped");
         Ok(())

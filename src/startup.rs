@@ -6,6 +6,7 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
+pub use sd_notify::NotifyState;
 
 use idempotency_ledger::{Ledger, LedgerError};
 
@@ -27,8 +28,9 @@ pub const PURGE_BATCH: i64 = 1_000;
 const PURGE_MAX_BATCHES_PER_ROUND: usize = 1_000;
 /// The pause between two purge batches, so live writers get the lock.
 const PURGE_PAUSE: Duration = Duration::from_millis(5);
-/// How long in-flight requests may run after SIGTERM.
-const SHUTDOWN_GRACE: u64 = 30;
+/// How long in-flight requests may run after SIGTERM. The packaged systemd
+/// unit's `TimeoutStopSec` leaves room for it.
+pub const SHUTDOWN_GRACE: u64 = 30;
 /// How often histogram samples are folded into their buckets, so that they
 /// do not pile up in memory between two scrapes of `/metrics`.
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
@@ -177,11 +179,27 @@ async fn stop_on_signal(server: ServerHandle) {
         grace_secs = SHUTDOWN_GRACE,
         "shutting down: finishing in-flight requests"
     );
+    notify_supervisor(&[
+        NotifyState::Stopping,
+        NotifyState::Status("finishing in-flight requests"),
+    ]);
     let graceful = actix_web::rt::spawn(server.stop(true));
     let _ = select(Box::pin(term.recv()), Box::pin(int.recv())).await;
     tracing::warn!("second signal: stopping now");
     graceful.abort();
     server.stop(false).await;
+}
+
+/// Tells the service manager how the service is doing, when it asked to be
+/// told: a systemd unit of `Type=notify` sets `NOTIFY_SOCKET`, and learns
+/// from `READY=1` that the port is open (so units ordered after this one
+/// start only then, and a failed start is a failed `systemctl start`), and
+/// from `STOPPING=1` that a graceful stop began. Without the variable,
+/// nothing is sent.
+pub fn notify_supervisor(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
 }
 
 async fn purge_periodically(pool: Pool, every: Duration) {

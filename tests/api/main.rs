@@ -26,6 +26,7 @@ mod openapi;
 mod operability;
 mod orders;
 mod outage;
+mod problems;
 mod process;
 mod proxy;
 mod race;
