@@ -89,8 +89,15 @@ fn chaos_through_a_front_that_gives_every_retry_a_fresh_key_finds_a_key_with_two
         .next()
         .unwrap_or_else(|| panic!("no key with two orders:\n{text}"));
     let key = violation.key.as_deref().expect("the key");
-    assert!(key.starts_with(&format!("chaos-{}-", report.run_id)), "{key}");
-    assert!(violation.what.contains("one key made two orders"), "{}", violation.what);
+    assert!(
+        key.starts_with(&format!("chaos-{}-", report.run_id)),
+        "{key}"
+    );
+    assert!(
+        violation.what.contains("one key made two orders"),
+        "{}",
+        violation.what
+    );
     assert!(
         text.contains(&format!("INCONSISTENT  one-order-per-key  key \"{key}\"")),
         "{text}"

@@ -18,6 +18,7 @@
 pub mod chaos;
 pub mod checks;
 pub mod history;
+pub mod invariants;
 pub mod probe;
 mod report;
 pub mod shape;
@@ -102,7 +103,7 @@ pub enum AtkCommand {
     /// Drive retrying clients through a fault-injecting proxy, record the
     /// history and check it (exit 0 only when something was acknowledged
     /// and the history is consistent).
-    Chaos(chaos::ChaosArgs),
+    Chaos(Box<chaos::ChaosArgs>),
     /// Check a recorded history (JSON Lines, Jepsen's shape) against the
     /// idempotency contract: exit 0 consistent, 1 inconsistent, 2 malformed.
     History(history::HistoryArgs),

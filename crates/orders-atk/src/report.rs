@@ -438,7 +438,7 @@ fn chaos_text(report: &ChaosReport) -> String {
     let _ = writeln!(
         out,
         "proxy: {} requests, {} passed, {} delayed, {} dropped before the server, {} answers dropped, \
-         {} resets, {} answered 502 (server unreachable)",
+         {} resets, {} answered 502 (no answer from the server)",
         f.requests,
         f.passed,
         f.delayed,

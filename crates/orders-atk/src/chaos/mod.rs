@@ -7,8 +7,8 @@
 //! the run is checked ([`crate::history`]) and reported.
 //!
 //! Everything is bounded: the clients start operations for `--duration`
-//! seconds, each operation retries at most [`client::MAX_ATTEMPTS`] times
-//! within [`client::OP_BUDGET`], a restart command may run for
+//! seconds, each operation retries at most [`MAX_ATTEMPTS`] times
+//! within [`OP_BUDGET`], a restart command may run for
 //! [`RESTART_TIMEOUT`], and only a server on this machine is driven.
 
 mod client;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// The canonical text of `value`: members sorted by name, no whitespace,
 /// strings as JSON writes them, each number as its exact value
-/// ([`number`]). Two values have the same text exactly when they are the
+/// (`9.990` reads `999e-2`). Two values have the same text exactly when they are the
 /// same JSON document up to member order and number spelling.
 pub fn canonical(value: &Value) -> String {
     let mut out = String::new();

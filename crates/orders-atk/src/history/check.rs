@@ -371,6 +371,14 @@ fn differing_members(a: &Value, b: &Value) -> String {
     }
 }
 
+/// What a user's operations show of each order, by id: the changes that
+/// may have run (the executed request of each key), the reads, the lists.
+struct Observations<'h> {
+    changes: HashMap<String, Vec<(&'h KeyRun<'h>, &'h Logical)>>,
+    reads: HashMap<String, Vec<&'h Operation>>,
+    lists: Vec<(&'h Operation, HashMap<String, Value>)>,
+}
+
 /// An order of one user, and what the history shows of it.
 #[derive(Default)]
 struct OrderFacts<'h> {
@@ -553,20 +561,44 @@ fn check_user(
     }
     named.retain(|id| !strange.contains(id));
     checked.orders += named.len();
-    let lists_by_id: Vec<(&Operation, HashMap<String, Value>)> = lists
-        .iter()
-        .map(|l| {
-            let by_id = listed(l)
-                .into_iter()
-                .filter_map(|o| Some((id_text(o.get("id")?), o)))
-                .collect();
-            (*l, by_id)
-        })
-        .collect();
+    let mut observations = Observations {
+        changes: HashMap::new(),
+        reads: HashMap::new(),
+        lists: lists
+            .iter()
+            .map(|l| {
+                let by_id = listed(l)
+                    .into_iter()
+                    .filter_map(|o| Some((id_text(o.get("id")?), o)))
+                    .collect();
+                (*l, by_id)
+            })
+            .collect(),
+    };
+    for run in &user_runs {
+        for logical in run
+            .executed
+            .iter()
+            .filter(|l| matches!(l.f, F::Update | F::Cancel))
+        {
+            if let Some(id) = logical.value.get("id").map(id_text) {
+                observations
+                    .changes
+                    .entry(id)
+                    .or_default()
+                    .push((run, logical));
+            }
+        }
+    }
+    for op in ops.iter().filter(mine).filter(|o| o.f == F::Read) {
+        if let Some(id) = op.target().map(id_text) {
+            observations.reads.entry(id).or_default().push(op);
+        }
+    }
     for id in named {
         let facts = orders.remove(&id).unwrap_or_default();
         let unseen = lost.contains(&id).then_some(closing.invoke);
-        if let Some(violation) = linearize(history, user, &id, &facts, runs, &lists_by_id, unseen) {
+        if let Some(violation) = linearize(history, user, &id, &facts, &observations, unseen) {
             checked.violations.push(violation);
         }
     }
@@ -721,34 +753,27 @@ fn stranger(
 
 /// Rule 6 for order `id`: its operations, and, when they cannot be
 /// linearized, the smallest set of them that cannot.
-#[allow(clippy::too_many_arguments)]
 fn linearize(
     history: &History,
     user: &str,
     id: &str,
     facts: &OrderFacts<'_>,
-    runs: &[KeyRun<'_>],
-    lists: &[(&Operation, HashMap<String, Value>)],
+    seen_by: &Observations<'_>,
     // The list (by its invoke line) whose absence of the order is left out.
     unseen: Option<usize>,
 ) -> Option<Violation> {
     let ops = &history.operations;
+    let changes = seen_by
+        .changes
+        .get(id)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     // The members the model follows: those the requests set.
     let mut tracked: BTreeSet<String> = BTreeSet::new();
-    let mut changes: Vec<(&KeyRun<'_>, &Logical)> = Vec::new();
-    for run in runs.iter().filter(|r| r.user == user) {
-        for logical in &run.executed {
-            if matches!(logical.f, F::Update | F::Cancel)
-                && logical.value.get("id").map(id_text).as_deref() == Some(id)
-            {
-                changes.push((run, logical));
-            }
-        }
-    }
     for (_, logical) in &facts.creates {
         tracked.extend(members(&logical.value));
     }
-    for (_, logical) in &changes {
+    for (_, logical) in changes {
         tracked.extend(members(logical.value.get("body").unwrap_or(&Value::Null)));
     }
     let seen = |order: &Value| Seen {
@@ -809,7 +834,7 @@ fn linearize(
             logical_lines(logical),
         ));
     }
-    for (_, logical) in &changes {
+    for (_, logical) in changes {
         let action = match logical.f {
             F::Update => Action::Update(project(
                 logical.value.get("body").unwrap_or(&Value::Null),
@@ -829,10 +854,7 @@ fn linearize(
             logical_lines(logical),
         ));
     }
-    for op in ops.iter().filter(|o| o.user == user && o.f == F::Read) {
-        if op.target().map(id_text).as_deref() != Some(id) {
-            continue;
-        }
+    for op in seen_by.reads.get(id).map(Vec::as_slice).unwrap_or_default() {
         let (action, outcome, line) = match &op.outcome {
             Outcome::Ok { line, body, .. } => {
                 (Action::Read, model::Outcome::Seen(seen(body)), *line)
@@ -852,7 +874,7 @@ fn linearize(
             vec![op.invoke, line],
         ));
     }
-    for (list, by_id) in lists {
+    for (list, by_id) in &seen_by.lists {
         if unseen == Some(list.invoke) && !by_id.contains_key(id) {
             continue;
         }
