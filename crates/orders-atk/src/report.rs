@@ -604,6 +604,37 @@ fn xml(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::{Shown, Violation};
+
+    #[test]
+    fn a_text_report_shows_twenty_violations_in_full_and_counts_the_rest() {
+        let violation = |n: usize| Violation {
+            rule: Rule::NoOrderWithoutKey,
+            user: "alice".into(),
+            key: None,
+            order: Some(format!("o{n}")),
+            what: "no create accounts for it".into(),
+            events: vec![Shown {
+                line: n,
+                text: "{}".into(),
+            }],
+        };
+        let checked = Checked {
+            violations: (1..=25).map(violation).collect(),
+            ..Checked::default()
+        };
+        let mut text = String::new();
+        rules_text(&checked, &mut text);
+        assert_eq!(
+            text.matches("\nINCONSISTENT  no-order-without-key").count(),
+            VIOLATIONS_SHOWN
+        );
+        assert!(
+            text.contains("… and 5 more violation(s) (the JSON report has them all)"),
+            "{text}"
+        );
+        assert!(text.contains("FAIL  no-order-without-key: no order exists for a key that was never sent (25 violation(s))"), "{text}");
+    }
 
     #[test]
     fn xml_escapes_markup_and_drops_what_xml_cannot_hold() {

@@ -33,7 +33,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// Pages of a listing read at most (100 orders each).
 const MAX_PAGES: usize = 1000;
 /// Attempts of one page of the closing list (the server may be restarting).
-const PAGE_ATTEMPTS: u32 = 30;
+pub const PAGE_ATTEMPTS: u32 = 30;
 /// Orders of a user that its clients pick from (the newest), so that
 /// several clients work on one order at once.
 const RECENT_ORDERS: usize = 16;
@@ -128,6 +128,8 @@ pub struct Shared<'a> {
     pub seed: u64,
     /// No operation starts after this.
     pub until: Instant,
+    /// How long one operation may keep retrying ([`OP_BUDGET`]).
+    pub op_budget: Duration,
 }
 
 /// The kinds of operation a client picks from, with their weights.
@@ -411,7 +413,7 @@ fn perform(
         let pause = judged
             .after
             .unwrap_or_else(|| Duration::from_millis(rng.between(most / 2, most)));
-        if started.elapsed() + pause >= OP_BUDGET {
+        if started.elapsed() + pause >= shared.op_budget {
             return None;
         }
         std::thread::sleep(pause);
@@ -421,8 +423,14 @@ fn perform(
 
 /// Every order of `user`, read page by page straight from the server (not
 /// through the proxy), recorded as one `list` by process `lister`; the
-/// server may be restarting, so each page is tried again a while.
-pub fn list_all(recorder: &Recorder, server: &str, user: &UserSide) -> Result<usize, String> {
+/// server may be restarting, so each page is tried up to `attempts` times
+/// ([`PAGE_ATTEMPTS`]: about a minute).
+pub fn list_all(
+    recorder: &Recorder,
+    server: &str,
+    user: &UserSide,
+    attempts: u32,
+) -> Result<usize, String> {
     let agent = wire::agent(REQUEST_TIMEOUT, "orders-atk-chaos");
     let event = |kind, value| Event {
         process: Process::Name("lister".into()),
@@ -448,7 +456,7 @@ pub fn list_all(recorder: &Recorder, server: &str, user: &UserSide) -> Result<us
         let url = format!("{server}/v1/orders?{query}");
         let mut last = String::new();
         let mut page = None;
-        for attempt in 0..PAGE_ATTEMPTS {
+        for attempt in 0..attempts {
             match wire::exchange(&agent, "GET", &url, &headers, None) {
                 Ok(r) if r.status == 200 => {
                     page = r.json();
@@ -513,4 +521,160 @@ fn query_encode(raw: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::BufReader;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::history::parse;
+    use crate::wire::Message;
+
+    /// A server on 127.0.0.1 that answers every request with `answer`, and
+    /// how many requests it got.
+    fn answering(answer: &'static str) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&count);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let Ok(reading) = stream.try_clone() else {
+                    return;
+                };
+                if Message::read(&mut BufReader::new(reading)).is_some() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream.write_all(answer.as_bytes());
+                }
+            }
+        });
+        (address, count)
+    }
+
+    fn user() -> UserSide {
+        UserSide {
+            label: "user-a".into(),
+            token: None,
+            orders: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// One create sent with `budget`; how many attempts the server got, and
+    /// the history's lines.
+    fn create_once(answer: &'static str, budget: Duration) -> (usize, Vec<String>) {
+        let (address, count) = answering(answer);
+        let recorder = Recorder::new(None);
+        let users = [user()];
+        let shared = Shared {
+            recorder: &recorder,
+            base: address,
+            run_id: "test".into(),
+            users: &users,
+            seed: 1,
+            until: Instant::now(),
+            op_budget: budget,
+        };
+        let call = create(
+            "k".into(),
+            json!({"item": "pen", "quantity": 1, "price": 1}),
+        );
+        let agent = wire::agent(REQUEST_TIMEOUT, "test");
+        let answered = perform(
+            &shared,
+            &agent,
+            &users[0],
+            &Process::Number(1),
+            &call,
+            &mut Rng::new(1),
+        );
+        assert_eq!(answered, None);
+        (count.load(Ordering::SeqCst), recorder.finish().0)
+    }
+
+    const UNAVAILABLE: &str = "HTTP/1.1 503 Service Unavailable\r\nRetry-After-Ms: 0\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+
+    #[test]
+    fn an_operation_is_tried_at_most_twelve_times_each_attempt_recorded() {
+        let (attempts, lines) = create_once(UNAVAILABLE, OP_BUDGET);
+        assert_eq!(attempts, MAX_ATTEMPTS as usize);
+        let history = parse(&lines.join("\n")).unwrap();
+        assert_eq!(history.operations.len(), MAX_ATTEMPTS as usize);
+        assert!(
+            lines.iter().all(|l| l.contains(r#""key":"k""#)),
+            "the same key each time"
+        );
+        assert!(
+            lines
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .all(|l| l.contains(r#""type":"info""#))
+        );
+    }
+
+    #[test]
+    fn an_operation_stops_retrying_when_its_time_is_up() {
+        let (attempts, _) = create_once(UNAVAILABLE, Duration::ZERO);
+        assert_eq!(attempts, 1);
+    }
+
+    #[test]
+    fn a_bare_409_is_not_retried_and_x_should_retry_decides_either_way() {
+        let bare = "HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        assert_eq!(create_once(bare, OP_BUDGET).0, 1);
+        let hinted = "HTTP/1.1 409 Conflict\r\nX-Should-Retry: true\r\nRetry-After-Ms: 0\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        assert_eq!(create_once(hinted, OP_BUDGET).0, MAX_ATTEMPTS as usize);
+        let refused = "HTTP/1.1 500 Internal Server Error\r\nX-Should-Retry: false\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        assert_eq!(create_once(refused, OP_BUDGET).0, 1);
+    }
+
+    #[test]
+    fn retry_after_is_obeyed_up_to_five_seconds() {
+        let answer = |retry_after: &str| wire::Response {
+            status: 503,
+            headers: vec![("Retry-After".into(), retry_after.into())],
+            body: String::new(),
+        };
+        assert_eq!(judge(&Ok(answer("2"))).after, Some(Duration::from_secs(2)));
+        assert_eq!(judge(&Ok(answer("3600"))).after, Some(MAX_RETRY_AFTER));
+        assert_eq!(judge(&Ok(answer("soon"))).after, None);
+    }
+
+    #[test]
+    fn each_answer_is_recorded_as_the_contract_classifies_it() {
+        let status = |status: u16| {
+            judge(&Ok(wire::Response {
+                status,
+                headers: Vec::new(),
+                body: "{}".into(),
+            }))
+            .kind
+        };
+        for s in [200, 201] {
+            assert_eq!(status(s), Type::Ok);
+        }
+        for s in [400, 401, 404, 409, 413, 415, 422] {
+            assert_eq!(status(s), Type::Fail, "{s}");
+        }
+        for s in [408, 429, 500, 502, 503, 403, 405] {
+            assert_eq!(status(s), Type::Info, "{s}");
+        }
+    }
+
+    #[test]
+    fn a_page_of_the_closing_list_is_tried_its_number_of_times_then_the_list_is_unknown() {
+        let (address, count) = answering(UNAVAILABLE);
+        let recorder = Recorder::new(None);
+        let refused = list_all(&recorder, &address, &user(), 3).unwrap_err();
+        assert!(refused.contains("503"), "{refused}");
+        assert_eq!(count.load(Ordering::SeqCst), 3);
+        let (lines, _) = recorder.finish();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].contains(r#""type":"info""#), "{lines:?}");
+    }
 }

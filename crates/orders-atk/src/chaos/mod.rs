@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-pub use client::{MAX_ATTEMPTS, OP_BUDGET, REQUEST_TIMEOUT};
+pub use client::{MAX_ATTEMPTS, OP_BUDGET, PAGE_ATTEMPTS, REQUEST_TIMEOUT};
 pub use proxy::{FaultCounts, FaultProxy};
 
 use crate::history::{self, Checked, Outcome};
@@ -310,7 +310,7 @@ pub fn run_chaos(config: ChaosConfig) -> Result<ChaosReport, AtkError> {
     let mut problems: Vec<String> = Vec::new();
     // The opening lists: what the users had before (not this run's).
     for user in &users {
-        if let Err(e) = client::list_all(&recorder, &config.server, user) {
+        if let Err(e) = client::list_all(&recorder, &config.server, user, PAGE_ATTEMPTS) {
             problems.push(e);
         }
     }
@@ -327,6 +327,7 @@ pub fn run_chaos(config: ChaosConfig) -> Result<ChaosReport, AtkError> {
         users: &users,
         seed: config.seed,
         until,
+        op_budget: OP_BUDGET,
     };
     let (stop_restarts, stopped) = mpsc::channel::<()>();
     let restarts = std::thread::scope(|scope| {
@@ -349,7 +350,7 @@ pub fn run_chaos(config: ChaosConfig) -> Result<ChaosReport, AtkError> {
     proxy.calm();
     let faults = proxy.stop();
     for user in &users {
-        if let Err(e) = client::list_all(&recorder, &config.server, user) {
+        if let Err(e) = client::list_all(&recorder, &config.server, user, PAGE_ATTEMPTS) {
             problems.push(e);
         }
     }
@@ -426,7 +427,7 @@ fn restarts(
         }
         let after_millis = started.elapsed().as_millis();
         let result = match &mut restart {
-            Restart::Command(command) => run_command(command),
+            Restart::Command(command) => run_command(command, RESTART_TIMEOUT),
             Restart::Hook(hook) => hook().map(|()| "done".to_owned()),
         };
         runs.push(match result {
@@ -444,8 +445,9 @@ fn restarts(
     }
 }
 
-/// `sh -c command`, its output discarded, killed after [`RESTART_TIMEOUT`].
-fn run_command(command: &str) -> Result<String, String> {
+/// `sh -c command`, its output discarded, killed after `timeout`
+/// ([`RESTART_TIMEOUT`]).
+fn run_command(command: &str, timeout: Duration) -> Result<String, String> {
     let mut child = Command::new("sh")
         .args(["-c", command])
         .stdin(Stdio::null())
@@ -453,7 +455,7 @@ fn run_command(command: &str) -> Result<String, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot run sh -c: {e}"))?;
-    let deadline = Instant::now() + RESTART_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(status.to_string()),
@@ -464,16 +466,79 @@ fn run_command(command: &str) -> Result<String, String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("still running after {RESTART_TIMEOUT:?}: killed"));
+                return Err(format!("still running after {timeout:?}: killed"));
             }
             Err(e) => return Err(e.to_string()),
         }
     }
 }
 
+/// A port of 127.0.0.1 nobody listens on right now.
+#[cfg(test)]
+pub(crate) fn tests_free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(9)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_command_is_killed_when_it_outlives_its_time_and_its_failure_is_reported() {
+        assert_eq!(
+            run_command("true", RESTART_TIMEOUT),
+            Ok("exit status: 0".into())
+        );
+        let failed = run_command("exit 3", RESTART_TIMEOUT).unwrap_err();
+        assert!(failed.contains('3'), "{failed}");
+        let started = Instant::now();
+        let killed = run_command("sleep 30", Duration::from_millis(100)).unwrap_err();
+        assert!(killed.ends_with("killed"), "{killed}");
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+
+    fn parse(flags: &[&str]) -> Result<ChaosArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            chaos: ChaosArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("chaos").chain(flags.iter().copied()))
+            .map(|c| c.chaos)
+    }
+
+    #[test]
+    fn clients_duration_and_restarts_are_bounded_and_restarts_need_both_flags() {
+        let defaults = parse(&[]).unwrap();
+        assert_eq!((defaults.clients, defaults.duration), (8, 30));
+        for refused in [
+            &["--clients", "0"][..],
+            &["--clients", "65"],
+            &["--duration", "0"],
+            &["--duration", "3601"],
+            &["--restart-cmd", "true"],
+            &["--restart-every", "5"],
+            &["--restart-cmd", "true", "--restart-every", "0"],
+        ] {
+            assert!(parse(refused).is_err(), "{refused:?}");
+        }
+        assert!(
+            parse(&[
+                "--clients",
+                "64",
+                "--duration",
+                "3600",
+                "--restart-cmd",
+                "true",
+                "--restart-every",
+                "5"
+            ])
+            .is_ok()
+        );
+    }
 
     #[test]
     fn only_a_server_on_this_machine_is_driven() {

@@ -271,3 +271,63 @@ fn forward(upstream: SocketAddr, request: &Message) -> Option<Message> {
     server.flush().ok()?;
     Message::read(&mut BufReader::new(server))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        Shared {
+            upstream: SocketAddr::from(([127, 0, 0, 1], 9)),
+            rng: Mutex::new(Rng::new(3)),
+            counts: Mutex::new(FaultCounts::default()),
+            open: AtomicUsize::new(0),
+            calm: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn faults_are_a_minority_each_kind_occurs_and_no_delay_exceeds_the_bound() {
+        let shared = shared();
+        let faults: Vec<Fault> = (0..10_000).map(|_| draw(&shared)).collect();
+        let untouched = faults.iter().filter(|f| **f == Fault::None).count();
+        assert!((6_500..7_500).contains(&untouched), "{untouched}");
+        for kind in [
+            Fault::DropRequest,
+            Fault::DropAnswer,
+            Fault::ResetBefore,
+            Fault::ResetAfter,
+        ] {
+            assert!(faults.contains(&kind), "{kind:?}");
+        }
+        for fault in faults {
+            if let Fault::DelayRequest(d) | Fault::DelayAnswer(d) = fault {
+                assert!(d > Duration::ZERO && d <= MAX_DELAY, "{d:?}");
+            }
+        }
+        shared.calm.store(true, Ordering::SeqCst);
+        assert!((0..1_000).all(|_| draw(&shared) == Fault::None));
+    }
+
+    #[test]
+    fn a_server_that_cannot_be_reached_is_answered_502() {
+        let mut proxy = FaultProxy::start(
+            SocketAddr::from(([127, 0, 0, 1], crate::chaos::tests_free_port())),
+            1,
+        )
+        .unwrap();
+        proxy.calm();
+        let agent = crate::wire::agent(Duration::from_secs(5), "test");
+        let answer = crate::wire::exchange::<&str, &str>(
+            &agent,
+            "GET",
+            &format!("{}/v1/orders", proxy.url()),
+            &[],
+            None,
+        )
+        .unwrap();
+        assert_eq!(answer.status, 502);
+        let counts = proxy.stop();
+        assert_eq!((counts.requests, counts.server_unreachable), (1, 1));
+    }
+}

@@ -1435,6 +1435,33 @@ mod tests {
     }
 
     #[test]
+    fn an_event_in_a_counterexample_is_cut_to_six_hundred_characters() {
+        let long = json!({"item": "p".repeat(2000), "quantity": 2, "price": 3.5});
+        let mut h = Writer::default();
+        h.created(
+            1,
+            "k1",
+            long.clone(),
+            201,
+            json!({"id": "o1", "item": "p".repeat(2000), "quantity": 2, "price": 3.5}),
+        );
+        h.list(json!([]));
+        let checked = h.check();
+        let violation = checked
+            .of(Rule::AcknowledgedCreateListedOnce)
+            .next()
+            .unwrap();
+        let first = &violation.events[0].text;
+        assert!(first.contains(r#""type":"invoke""#), "{first}");
+        assert!(
+            first.chars().count() < EVENT_CHARS + 30,
+            "{}",
+            first.chars().count()
+        );
+        assert!(first.ends_with(" characters)"), "{first}");
+    }
+
+    #[test]
     fn the_same_key_of_two_users_is_two_keys() {
         let text = [
             r#"{"process": 1, "type": "invoke", "f": "create", "user": "alice", "key": "k", "value": {"item": "pen", "quantity": 2, "price": 1}, "time": 1}"#,
