@@ -104,3 +104,22 @@ fn chaos_through_a_front_that_gives_every_retry_a_fresh_key_finds_a_key_with_two
     );
     assert_eq!(report.outcome().unwrap_err().exit_code(), 1);
 }
+
+#[test]
+fn chaos_without_a_token_cannot_list_the_orders_starts_nothing_and_says_why() {
+    let app = TestApp::spawn(Backend::Sqlite);
+
+    let refused = match run_chaos(ChaosConfig::new(&app.address, None)) {
+        Ok(report) => panic!("it ran:\n{}", report.render(Format::Text)),
+        Err(refused) => refused,
+    };
+
+    let said = refused.to_string();
+    assert!(
+        said.starts_with("the run cannot be judged: listing the orders of user-a"),
+        "{said}"
+    );
+    assert!(said.contains(": 401 "), "{said}");
+    assert_eq!(refused.exit_code(), 1);
+    assert_eq!(app.order_count(), 0);
+}

@@ -269,9 +269,10 @@ fn loopback_address(server: &str) -> Result<SocketAddr, AtkError> {
         .ok_or_else(|| AtkError::Usage(format!("--server {server}: no loopback address")))
 }
 
-/// Runs the clients through the proxy for `config.duration` (restarting
-/// the server as asked), lists every user's orders, checks the history.
-/// `Err` only when the run could not start.
+/// Lists every user's orders, runs the clients through the proxy for
+/// `config.duration` (restarting the server as asked), lists them again,
+/// checks the history. `Err` only when the run could not start: the server
+/// cannot be reached, or its orders cannot be listed.
 pub fn run_chaos(config: ChaosConfig) -> Result<ChaosReport, AtkError> {
     let started = Instant::now();
     let upstream = loopback_address(&config.server)?;
@@ -308,11 +309,11 @@ pub fn run_chaos(config: ChaosConfig) -> Result<ChaosReport, AtkError> {
         .collect();
     let recorder = client::Recorder::new(file);
     let mut problems: Vec<String> = Vec::new();
-    // The opening lists: what the users had before (not this run's).
+    // The opening lists: what the users had before (not this run's). Without
+    // them no order could be told from this run's: nothing starts.
     for user in &users {
-        if let Err(e) = client::list_all(&recorder, &config.server, user, PAGE_ATTEMPTS) {
-            problems.push(e);
-        }
+        client::list_all(&recorder, &config.server, user, PAGE_ATTEMPTS)
+            .map_err(AtkError::CannotJudge)?;
     }
 
     let mut proxy = FaultProxy::start(upstream, config.seed).map_err(|source| AtkError::Write {

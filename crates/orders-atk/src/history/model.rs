@@ -407,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn the_minimal_counterexample_keeps_only_the_operations_that_conflict() {
+    fn the_minimal_counterexample_keeps_every_change_and_only_the_reads_that_conflict() {
         let q = |v: &str| fields(&[("quantity", v)]);
         let mut ops = vec![op(
             Action::Create(q("1")),
