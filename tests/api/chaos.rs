@@ -3,7 +3,8 @@
 //! same database between rounds, while two users' clients create, update,
 //! cancel and read through the runner's fault-injecting proxy: the history
 //! is consistent. Behind a front that gives every request a fresh key, the
-//! retries make duplicates, and the check names the key.
+//! retries make duplicates, and the check names the key. Without a token,
+//! the orders cannot be listed and nothing starts.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
