@@ -124,3 +124,34 @@ fn chaos_without_a_token_cannot_list_the_orders_starts_nothing_and_says_why() {
     assert_eq!(refused.exit_code(), 1);
     assert_eq!(app.order_count(), 0);
 }
+
+#[test]
+fn orders_api_atk_history_exits_0_1_or_2_as_the_history_is_consistent_inconsistent_or_malformed() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/orders-atk/tests/histories");
+    for (file, code, says) in [
+        ("consistent.jsonl", 0, "consistent: 0 violation(s); "),
+        (
+            "two-orders-one-key.jsonl",
+            1,
+            "INCONSISTENT  one-order-per-key  key \"k-17\"",
+        ),
+        ("malformed-type.jsonl", 2, ""),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_orders-api"))
+            .args(["atk", "history"])
+            .arg(fixtures.join(file))
+            .output()
+            .expect("run orders-api atk history");
+        let out = String::from_utf8_lossy(&output.stdout);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{file}\n{out}\n{err}");
+        assert!(out.contains(says), "{file}\n{out}");
+        if code == 2 {
+            assert!(
+                err.starts_with("orders-api: ") && err.contains("line 5: "),
+                "{err}"
+            );
+        }
+    }
+}
