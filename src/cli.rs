@@ -56,7 +56,9 @@ pub enum Command {
     Purge(DatabaseArgs),
     /// The offline-first client: queue operations, send them with stored keys.
     Client(orders_client::command::ClientArgs),
-    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report pass/fail/skip.
+    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report
+    /// pass/fail/skip; `atk chaos` drives retrying clients through a fault-injecting proxy and
+    /// checks their history, `atk history FILE` checks a recorded one.
     Atk(orders_atk::AtkArgs),
 }
 

@@ -38,6 +38,17 @@ pub enum CliError {
     Atk(#[from] orders_atk::AtkError),
 }
 
+impl CliError {
+    /// The exit status it calls for: `atk history`'s `2` for a history that
+    /// cannot be checked, `1` otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Atk(e) => e.exit_code(),
+            _ => 1,
+        }
+    }
+}
+
 fn database_error(e: impl std::fmt::Display) -> CliError {
     CliError::Database(e.to_string())
 }

@@ -9,6 +9,7 @@ mod atk_command;
 mod auth;
 mod bodies;
 mod bounds;
+mod chaos;
 mod cli;
 mod client;
 mod client_retries;
