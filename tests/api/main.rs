@@ -35,3 +35,4 @@ mod seams;
 mod settings;
 mod shutdown;
 mod smoke;
+mod writer_bounds;
