@@ -57,8 +57,8 @@
 //! once instead of queueing for a lock it cannot get, and writing resumes
 //! the moment the thread returns (its batch rolled back, or committed after
 //! all). When writing has been impossible for the lease plus
-//! [`COMMIT_GRACE`], the writer **gives up** ([`WriterHealth::Unrecoverable`],
-//! [`Writer::gave_up`]): the process cannot recover by itself, and should
+//! [`COMMIT_GRACE`], the writer **gives up** ([`WriterHealth::Unrecoverable`]):
+//! the process cannot recover by itself, and should
 //! exit so that its supervisor restarts it — a new process has a new
 //! connection, and the lock of a dead one is gone.
 //!
@@ -121,7 +121,8 @@ pub enum WriterHealth {
     /// [`WriteError::Unavailable`] at once.
     Stalled(String),
     /// It has not been able to for longer than [`write_bound`], and says
-    /// why: the process cannot recover by itself (see [`Writer::gave_up`]).
+    /// why: the process cannot recover by itself, and should exit so that
+    /// its supervisor restarts it.
     Unrecoverable(String),
 }
 
@@ -401,11 +402,6 @@ impl Writer {
             .map_or(WriterHealth::Ready, WriterHealth::Stalled)
     }
 
-    /// Says why once the writer has given up (see [`WriterHealth::Unrecoverable`]).
-    pub fn gave_up(&self) -> watch::Receiver<Option<String>> {
-        self.shared.gave_up.subscribe()
-    }
-
     /// Runs `work` in the next batch and resolves once that batch is over,
     /// or at [`write_bound`] after the call, whichever comes first. `Ok(result)`
     /// means `work` ran and, when `result` is `Ok`, its changes are
@@ -650,18 +646,9 @@ fn connect(shared: &Shared, generation: u64) -> Option<SqliteConnection> {
             }
             Err(cause) => cause,
         };
-        let first = match &mut *locked(&shared.connection) {
-            WriterConnection::Opening { failed, .. } => failed.replace(cause.clone()).is_none(),
-            open @ WriterConnection::Open => {
-                *open = WriterConnection::Opening {
-                    since: Instant::now(),
-                    failed: Some(cause.clone()),
-                };
-                true
-            }
-        };
-        if first {
-            tracing::error!(%cause, "cannot open a writer connection; writes are refused until one opens");
+        // The watchdog logs it, as the reason the writer cannot write.
+        if let WriterConnection::Opening { failed, .. } = &mut *locked(&shared.connection) {
+            *failed = Some(cause.clone());
         }
         let jobs = locked(&shared.jobs);
         while let Ok(job) = jobs.try_recv() {
