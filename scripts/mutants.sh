@@ -14,9 +14,13 @@
 #      integration tests of the request path (`--test api`, filtered).
 # With TEST_DATABASE_URL set (a server whose user may create databases) the
 # PostgreSQL copies of the tests run too. MUTANT_TIMEOUT (seconds, default
-# 900) bounds each mutant's tests; MUTANTS_OUT (default target/mutants) is
+# 900) bounds each mutant's server tests (the ledger's own, which take
+# seconds, 120 s); MUTANTS_OUT (default target/mutants) is
 # where each round writes its mutants.out/ (caught.txt, missed.txt,
-# timeout.txt, unviable.txt). cargo-mutants builds in a copy of the tree.
+# timeout.txt, unviable.txt). cargo-mutants builds in a copy of the tree;
+# MUTANTS_IN_PLACE=1 mutates this tree instead (each file is restored after
+# its mutants; edit nothing meanwhile), which reuses CARGO_TARGET_DIR's
+# build of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,24 +51,30 @@ fi
 api_tests=(idempotency race lease seams bounds group_commit row_paths crash writer_bounds)
 out=${MUTANTS_OUT:-target/mutants}
 timeout=${MUTANT_TIMEOUT:-900}
-common=(--jobs 1 --timeout "$timeout" --baseline skip --colors never)
+mkdir -p "$out/ledger" "$out/route"
+common=(--baseline skip --colors never)
+if [ "${MUTANTS_IN_PLACE:-0}" = 1 ]; then
+  common+=(--in-place)
+else
+  common+=(--jobs 1)
+fi
 
 as_args() { local flag=$1; shift; for f in "$@"; do printf '%s\0%s\0' "$flag" "$f"; done; }
 
 if [ ${#ledger_files[@]} -gt 0 ]; then
   mapfile -d '' files < <(as_args --file "${ledger_files[@]}")
   echo "== round 1: the ledger's mutants against the ledger's own tests"
-  cargo mutants "${common[@]}" -p idempotency-ledger "${files[@]}" \
+  cargo mutants "${common[@]}" --timeout 120 -p idempotency-ledger "${files[@]}" \
     --test-package idempotency-ledger --output "$out/ledger" -- --tests || true
   echo "== round 2: the survivors against the server's tests of the request path"
   # --iterate skips what round 1 caught (and what did not build).
-  cargo mutants "${common[@]}" -p idempotency-ledger "${files[@]}" --iterate \
+  cargo mutants "${common[@]}" --timeout "$timeout" -p idempotency-ledger "${files[@]}" --iterate \
     --test-package orders-api --output "$out/ledger" -- --test api -- "${api_tests[@]}" || true
 fi
 if [ ${#route_files[@]} -gt 0 ]; then
   mapfile -d '' files < <(as_args --file "${route_files[@]}")
   echo "== the route's mutants against the server's tests of the request path"
-  cargo mutants "${common[@]}" -p orders-api "${files[@]}" \
+  cargo mutants "${common[@]}" --timeout "$timeout" -p orders-api "${files[@]}" \
     --output "$out/route" -- --test api -- "${api_tests[@]}" || true
 fi
 
