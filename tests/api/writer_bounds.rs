@@ -220,9 +220,20 @@ fn a_write_queued_for_a_writer_that_never_takes_it_is_answered_503_at_its_deadli
     let hold = fault::hold(Point::OpenWriter, &file(&app));
     kill_the_writer(&app.pool);
     assert!(hold.wait_reached(PATIENCE), "the replacement is opening");
-    let queued = app.post_order(Some("queued"), &body);
+    let queued = std::thread::scope(|s| {
+        let queued = s.spawn(|| app.post_order(Some("queued"), &body));
+        // An opening connection is waited for, up to the lease: the create
+        // queues for it rather than being refused.
+        let deadline = Instant::now() + PATIENCE;
+        while crate::group_commit::queued(&app.pool) == 0 && !queued.is_finished() {
+            assert!(Instant::now() < deadline, "the create never queued");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!queued.is_finished(), "the create was refused at once");
+        wait_for_readiness(&app, 503);
+        queued.join().expect("client")
+    });
     assert_unavailable(&queued);
-    wait_for_readiness(&app, 503);
 
     hold.release();
     wait_until_ready(&app);
