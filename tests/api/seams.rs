@@ -52,12 +52,16 @@ both_backends! {
         let recorded = app.post_order(Some("recorded-key"), &body);
         assert_eq!(recorded.status, 201, "{}", recorded.body);
         let bob = app.create_token("bob");
-        let hold = fault::hold(Point::AfterEnter, "held-key");
+        // Fault points are held per key for the whole test process: the
+        // key is this copy's own, not the other backend's.
+        let held_key = format!("held-key-{backend:?}");
+        let held_key = held_key.as_str();
+        let hold = fault::hold(Point::AfterEnter, held_key);
 
         std::thread::scope(|s| {
-            let holder = s.spawn(|| app.post_order(Some("held-key"), &body));
+            let holder = s.spawn(|| app.post_order(Some(held_key), &body));
             assert!(hold.wait_reached(Duration::from_secs(30)), "the first request holds its key");
-            let answers = retries(s, &app, "held-key", &body, 50);
+            let answers = retries(s, &app, held_key, &body, 50);
             // Past the cap the duplicates are answered at once: once these
             // are in, the cap's worth of others is waiting for the key.
             let mut early = Vec::new();
@@ -97,11 +101,13 @@ both_backends! {
     fn duplicates_past_the_per_key_waiter_cap_are_answered_409_at_once_and_the_first_still_records(backend) {
         let app = TestApp::spawn_with(backend, |s| s.idempotency_wait_secs = 120);
         let body = order_body("Widget", 1, "1.00");
-        let hold = fault::hold(Point::AfterEnter, "crowded-key");
+        let crowded_key = format!("crowded-key-{backend:?}");
+        let crowded_key = crowded_key.as_str();
+        let hold = fault::hold(Point::AfterEnter, crowded_key);
         std::thread::scope(|s| {
-            let holder = s.spawn(|| app.post_order(Some("crowded-key"), &body));
+            let holder = s.spawn(|| app.post_order(Some(crowded_key), &body));
             assert!(hold.wait_reached(Duration::from_secs(30)));
-            let answers = retries(s, &app, "crowded-key", &body, WAITERS_PER_KEY + 3);
+            let answers = retries(s, &app, crowded_key, &body, WAITERS_PER_KEY + 3);
             // Three more than the cap: three are answered while the key is
             // still held, each with its retry hints.
             for _ in 0..3 {
