@@ -15,12 +15,13 @@
 # With TEST_DATABASE_URL set (a server whose user may create databases) the
 # PostgreSQL copies of the tests run too. MUTANT_TIMEOUT (seconds, default
 # 900) bounds each mutant's server tests (the ledger's own, which take
-# seconds, 120 s); MUTANTS_OUT (default target/mutants) is
+# seconds, 20 s); MUTANTS_OUT (default target/mutants) is
 # where each round writes its mutants.out/ (caught.txt, missed.txt,
 # timeout.txt, unviable.txt). cargo-mutants builds in a copy of the tree;
 # MUTANTS_IN_PLACE=1 mutates this tree instead (each file is restored after
 # its mutants; edit nothing meanwhile), which reuses CARGO_TARGET_DIR's
-# build of it.
+# build of it. MUTANTS_RESUME=1 goes on from an interrupted run (what it
+# caught already is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,7 +65,7 @@ as_args() { local flag=$1; shift; for f in "$@"; do printf '%s\0%s\0' "$flag" "$
 if [ ${#ledger_files[@]} -gt 0 ]; then
   mapfile -d '' files < <(as_args --file "${ledger_files[@]}")
   echo "== round 1: the ledger's mutants against the ledger's own tests"
-  cargo mutants "${common[@]}" --timeout 120 -p idempotency-ledger "${files[@]}" \
+  cargo mutants "${common[@]}" --timeout 20 -p idempotency-ledger "${files[@]}" ${MUTANTS_RESUME:+--iterate} \
     --test-package idempotency-ledger --output "$out/ledger" -- --tests || true
   echo "== round 2: the survivors against the server's tests of the request path"
   # --iterate skips what round 1 caught (and what did not build).
