@@ -23,6 +23,9 @@ const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres
 /// several processes start against one PostgreSQL database at once.
 const PG_MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
 
+/// How long a process waits between two tries of [`PG_MIGRATION_LOCK`].
+const PG_MIGRATION_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Where diesel records the migrations it applied.
 const APPLIED_TABLE: &str = "__diesel_schema_migrations";
 
@@ -82,8 +85,7 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             if pending == 0 {
                 return Ok(0);
             }
-            conn.batch_execute(&format!("SELECT pg_advisory_lock({PG_MIGRATION_LOCK})"))
-                .map_err(|e| migrate_error(&e))?;
+            lock_migrations(&mut conn).map_err(|e| migrate_error(&e))?;
             let applied = conn
                 .run_pending_migrations(PG_MIGRATIONS)
                 .map(|v| v.len())
@@ -93,6 +95,31 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             applied
         }
     }
+}
+
+diesel::define_sql_function! {
+    /// PostgreSQL: takes a session-scoped advisory lock if it is free.
+    fn pg_try_advisory_lock(key: diesel::sql_types::BigInt) -> diesel::sql_types::Bool;
+}
+
+/// Takes [`PG_MIGRATION_LOCK`], trying again after a pause while another
+/// process holds it — never waiting inside a statement. A session blocked in
+/// `pg_advisory_lock` keeps its statement's snapshot, and a `CREATE INDEX
+/// CONCURRENTLY` in the holder's migrations waits for every older snapshot
+/// in the database: the two would wait for each other until PostgreSQL
+/// called it a deadlock and failed one of them (the index build leaving an
+/// invalid index). Between two tries this session is idle, outside any
+/// transaction, so the holder waits for nothing of it.
+fn lock_migrations(conn: &mut PgConnection) -> Result<(), DieselError> {
+    let mut told = false;
+    while !diesel::select(pg_try_advisory_lock(PG_MIGRATION_LOCK)).get_result::<bool>(conn)? {
+        if !told {
+            tracing::info!("another process is migrating the database; waiting for it");
+            told = true;
+        }
+        std::thread::sleep(PG_MIGRATION_LOCK_POLL);
+    }
+    Ok(())
 }
 
 /// Whether every migration this binary knows of has been applied.

@@ -3,6 +3,8 @@
 //!
 //! The two modules describe the same tables; they differ only where the SQL
 //! types differ (`TIMESTAMPTZ` and `UUID` on PostgreSQL, `TEXT` on SQLite).
+//! `orders` is keyed `(user_id, seq)` on both (PostgreSQL's primary key; on
+//! SQLite a unique key beside the rowid `seq`, which numbers the orders).
 //! Query code is written once and compiled against both through
 //! [`crate::db::dispatch!`].
 
@@ -19,7 +21,7 @@ pub mod sqlite {
     }
 
     diesel::table! {
-        orders (seq) {
+        orders (user_id, seq) {
             seq -> BigInt,
             id -> Text,
             user_id -> Text,
@@ -48,7 +50,7 @@ pub mod pg {
     }
 
     diesel::table! {
-        orders (seq) {
+        orders (user_id, seq) {
             seq -> BigInt,
             id -> Uuid,
             user_id -> Text,

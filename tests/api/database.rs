@@ -1,6 +1,7 @@
 //! PostgreSQL deployments that differ from the test cluster's defaults: a
-//! database whose default isolation is `serializable`, and a server that
-//! writes its messages in German.
+//! database whose default isolation is `serializable`, a server that
+//! writes its messages in German, and several processes migrating one
+//! database at once.
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection, RunQueryDsl};
@@ -157,4 +158,51 @@ fn every_pooled_postgres_session_is_read_committed_and_bounded_by_the_lease() {
     } else {
         assert_eq!(transaction_timeout, None, "no such setting before 17");
     }
+}
+
+/// The advisory lock that serialises migrations (`src/db/migrate.rs`).
+const MIGRATION_LOCK: i64 = 0x6f72_6465_7273;
+
+/// Several processes may start against one database at once: one migrates,
+/// the others wait for it. A migration that builds an index CONCURRENTLY
+/// waits for every older snapshot in the database, so a process that waited
+/// for the migration lock inside a statement (holding that statement's
+/// snapshot) and the build would wait for each other until PostgreSQL failed
+/// one of them as a deadlock. A waiting process holds nothing while it
+/// waits: the build finishes, and so does its migration afterwards.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn a_process_waiting_to_migrate_holds_up_no_concurrent_index_build() {
+    if !postgres_available() {
+        return;
+    }
+    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+    let mut migrating = PgConnection::establish(db.url.as_str()).expect("connect");
+    migrating
+        .batch_execute(&format!(
+            "CREATE TABLE built (n int); SELECT pg_advisory_lock({MIGRATION_LOCK})"
+        ))
+        .expect("take the migration lock");
+    let url = db.url.clone();
+    let waiting = std::thread::spawn(move || orders_api::db::run_migrations(&url));
+    crate::process::wait_for_session_where(
+        &db.url,
+        "query LIKE '%advisory_lock(%' AND query NOT LIKE '%CREATE TABLE built%'",
+        std::time::Duration::from_secs(30),
+    );
+
+    let built = migrating.batch_execute("CREATE INDEX CONCURRENTLY built_n ON built (n)");
+    migrating
+        .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+        .expect("release the migration lock");
+    let migrated = waiting.join().expect("the waiting process");
+
+    assert!(built.is_ok(), "the concurrent build: {built:?}");
+    assert!(
+        migrated.as_ref().is_ok_and(|n| *n > 0),
+        "the waiting process then migrates: {migrated:?}"
+    );
 }

@@ -216,7 +216,7 @@ impl CommitCutter {
 }
 
 /// Where `url`'s `host:port` is in it.
-fn authority(url: &DatabaseUrl) -> std::ops::Range<usize> {
+pub(crate) fn authority(url: &DatabaseUrl) -> std::ops::Range<usize> {
     let raw = url.as_str();
     let start = raw.find('@').map_or("postgres://".len(), |at| at + 1);
     let end = raw[start..]
@@ -228,7 +228,7 @@ fn authority(url: &DatabaseUrl) -> std::ops::Range<usize> {
 }
 
 /// `url` with its `host:port` replaced by `127.0.0.1:port`.
-fn through(url: &DatabaseUrl, port: u16) -> DatabaseUrl {
+pub(crate) fn through(url: &DatabaseUrl, port: u16) -> DatabaseUrl {
     let mut raw = url.as_str().to_owned();
     raw.replace_range(authority(url), &format!("127.0.0.1:{port}"));
     DatabaseUrl::parse(&raw).expect("relayed URL")

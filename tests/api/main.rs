@@ -35,4 +35,5 @@ mod seams;
 mod settings;
 mod shutdown;
 mod smoke;
+mod statements;
 mod writer_bounds;

@@ -1,14 +1,23 @@
 //! The two backends' schemas stay equivalent: the same tables, the same
 //! columns, the same nullability, in the migrations and in both modules of
-//! `src/db/schema.rs`. Needs no PostgreSQL server: the SQLite migrations are
-//! applied to a temporary file and read back (`PRAGMA table_info`); the
-//! PostgreSQL migrations are read as text (the `CREATE TABLE` and
+//! `src/db/schema.rs`, and the ledger's table as the ledger crate's DDL
+//! makes it. Needs no PostgreSQL server: the SQLite migrations are applied
+//! to a temporary file and read back (`PRAGMA table_info`); the PostgreSQL
+//! migrations are read as text (the `CREATE TABLE`, `CREATE INDEX` and
 //! `ALTER TABLE` forms they use); the `table!` definitions are read through
 //! diesel (the columns of `all_columns`, their SQL types).
+//!
+//! The keys (primary keys, unique and plain indexes) are compared as each
+//! database reports them, so the PostgreSQL side needs a server
+//! (`TEST_DATABASE_URL`): both backends leave the same keys, every key of
+//! `orders` and of the ledger includes `user_id` (a table distributed by
+//! `user_id` can enforce each on one shard), and the ledger crate's DDL
+//! makes the ledger's table the migrations make.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::query_builder::QueryFragment;
 use diesel::sql_types::{Integer, Text};
@@ -16,6 +25,8 @@ use diesel::{Table, debug_query};
 use idempotency_ledger::schema as ledger;
 use orders_api::db::schema::{pg, sqlite};
 use orders_api::db::{DatabaseUrl, run_migrations};
+
+use crate::helpers::{TestDb, postgres_available};
 
 /// Table → column → nullable, columns in their declared order.
 type Schema = BTreeMap<String, Vec<(String, bool)>>;
@@ -103,8 +114,37 @@ fn pg_module() -> Schema {
     .collect()
 }
 
+/// A temporary SQLite file, removed when dropped.
+struct SqliteFile(PathBuf);
+
+impl SqliteFile {
+    fn new() -> Self {
+        Self(std::env::temp_dir().join(format!("schema-parity-{}.db", uuid::Uuid::new_v4())))
+    }
+
+    fn url(&self) -> DatabaseUrl {
+        DatabaseUrl::parse(&format!("sqlite://{}", self.0.display())).expect("url")
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
 /// Every table the SQLite migrations leave, as SQLite itself describes it.
 fn sqlite_migrated() -> Schema {
+    let file = SqliteFile::new();
+    run_migrations(&file.url()).expect("apply the SQLite migrations");
+    let mut conn = SqliteConnection::establish(file.url().as_str()).expect("open");
+    sqlite_tables(&mut conn)
+}
+
+/// Every table of a SQLite database, as SQLite itself describes it.
+fn sqlite_tables(conn: &mut SqliteConnection) -> Schema {
     #[derive(QueryableByName)]
     struct TableName {
         #[diesel(sql_type = Text)]
@@ -120,22 +160,18 @@ fn sqlite_migrated() -> Schema {
         pk: i32,
     }
 
-    let path = std::env::temp_dir().join(format!("schema-parity-{}.db", uuid::Uuid::new_v4()));
-    let url = DatabaseUrl::parse(&format!("sqlite://{}", path.display())).expect("url");
-    run_migrations(&url).expect("apply the SQLite migrations");
-    let mut conn = SqliteConnection::establish(url.as_str()).expect("open");
     let tables: Vec<TableName> = diesel::sql_query(
         "SELECT name FROM sqlite_master WHERE type = 'table' \
          AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '__diesel%' ORDER BY name",
     )
-    .load(&mut conn)
+    .load(conn)
     .expect("tables");
-    let schema = tables
+    tables
         .into_iter()
         .map(|table| {
             let columns: Vec<ColumnInfo> =
                 diesel::sql_query(format!("PRAGMA table_info(\"{}\")", table.name))
-                    .load(&mut conn)
+                    .load(conn)
                     .expect("columns");
             let columns = columns
                 .into_iter()
@@ -144,28 +180,21 @@ fn sqlite_migrated() -> Schema {
                 .collect();
             (table.name, columns)
         })
-        .collect();
-    drop(conn);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-    schema
+        .collect()
 }
 
 /// The PostgreSQL migrations, read as text in the order diesel applies them:
-/// `CREATE TABLE`, `DROP TABLE`, and `ALTER TABLE` with `ADD COLUMN`,
-/// `DROP COLUMN`, `ALTER COLUMN … SET/DROP NOT NULL` and `RENAME TO`. A
-/// statement on a table in any other form fails the test, so that it is
-/// taught the form rather than ignoring it.
+/// `CREATE TABLE`, `DROP TABLE`, `CREATE [UNIQUE] INDEX`, `DROP INDEX`, and
+/// `ALTER TABLE` with `ADD COLUMN`, `DROP COLUMN`, `ALTER COLUMN … SET/DROP
+/// NOT NULL`, `RENAME TO`, `DROP CONSTRAINT` and `ADD CONSTRAINT … PRIMARY
+/// KEY / UNIQUE USING INDEX`. A statement on a table in any other form fails
+/// the test, so that it is taught the form rather than ignoring it.
 fn pg_migrated() -> Schema {
     let mut schema = Schema::new();
+    // Index name → its columns, for a constraint made from an index.
+    let mut indexes: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for up in migration_files(Path::new("migrations/postgres")) {
-        let text = std::fs::read_to_string(&up).expect("read migration");
-        let text: String = text
-            .lines()
-            .map(|line| line.split("--").next().unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = without_comments(&std::fs::read_to_string(&up).expect("read migration"));
         for statement in text.split(';') {
             let words: Vec<&str> = statement.split_whitespace().collect();
             let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
@@ -182,13 +211,28 @@ fn pg_migrated() -> Schema {
                 ["DROP", "TABLE", ..] => {
                     schema.remove(words[words.len() - 1]);
                 }
-                ["ALTER", "TABLE", ..] => pg_alter_table(&mut schema, statement, &up),
+                ["CREATE", "INDEX", ..] | ["CREATE", "UNIQUE", "INDEX", ..] => {
+                    let (name, columns) = pg_create_index(statement);
+                    indexes.insert(name, columns);
+                }
+                ["DROP", "INDEX", ..] => {
+                    indexes.remove(words[words.len() - 1]);
+                }
+                ["ALTER", "TABLE", ..] => pg_alter_table(&mut schema, &indexes, statement, &up),
                 ["CREATE", ..] | ["DELETE", ..] | ["UPDATE", ..] | ["INSERT", ..] | [] => {}
                 _ => panic!("{}: cannot read {statement:?}", up.display()),
             }
         }
     }
     schema
+}
+
+/// SQL text without its `--` comments.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|line| line.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn migration_files(folder: &Path) -> Vec<PathBuf> {
@@ -252,6 +296,24 @@ fn pg_create_table(statement: &str) -> (String, Vec<(String, bool)>) {
     (name, columns)
 }
 
+/// `CREATE [UNIQUE] INDEX [CONCURRENTLY] [IF NOT EXISTS] name ON table
+/// (columns)`: the index's name and its columns (the first word of each
+/// part: a sort order is dropped).
+fn pg_create_index(statement: &str) -> (String, Vec<String>) {
+    let open = statement.find('(').expect("CREATE INDEX (");
+    let close = statement.rfind(')').expect("CREATE INDEX )");
+    let head: Vec<&str> = statement[..open].split_whitespace().collect();
+    let on = head
+        .iter()
+        .position(|w| w.eq_ignore_ascii_case("ON"))
+        .expect("CREATE INDEX … ON");
+    let columns = top_level_parts(&statement[open + 1..close])
+        .into_iter()
+        .map(|part| part.split_whitespace().next().expect("column").to_owned())
+        .collect();
+    (head[on - 1].to_owned(), columns)
+}
+
 /// A column definition is nullable unless it says `NOT NULL`, is the
 /// primary key or an identity column.
 fn pg_nullable(definition: &str) -> bool {
@@ -259,7 +321,12 @@ fn pg_nullable(definition: &str) -> bool {
     !(upper.contains("NOT NULL") || upper.contains("PRIMARY KEY") || upper.contains("IDENTITY"))
 }
 
-fn pg_alter_table(schema: &mut Schema, statement: &str, file: &Path) {
+fn pg_alter_table(
+    schema: &mut Schema,
+    indexes: &BTreeMap<String, Vec<String>>,
+    statement: &str,
+    file: &Path,
+) {
     let words: Vec<&str> = statement.split_whitespace().collect();
     let name = words[2].to_owned();
     let (_, actions) = statement
@@ -303,6 +370,26 @@ fn pg_alter_table(schema: &mut Schema, statement: &str, file: &Path) {
             ["ALTER", "COLUMN", _, "DROP", "NOT", "NULL"] => {
                 let at = find(columns, words[2]);
                 columns[at].1 = true;
+            }
+            // Constraints change no column; a primary key makes its
+            // columns NOT NULL.
+            ["DROP", "CONSTRAINT", _] | ["ADD", "CONSTRAINT", _, "UNIQUE", "USING", "INDEX", _] => {
+            }
+            [
+                "ADD",
+                "CONSTRAINT",
+                _,
+                "PRIMARY",
+                "KEY",
+                "USING",
+                "INDEX",
+                _,
+            ] => {
+                let index = &indexes[words[words.len() - 1]];
+                for column in index {
+                    let at = find(columns, column);
+                    columns[at].1 = false;
+                }
             }
             ["RENAME", "TO", new] => {
                 let columns = schema.remove(&name).expect("renamed table");
@@ -353,4 +440,290 @@ fn the_sqlite_and_postgresql_migrations_are_the_same_list_of_folders() {
             .collect()
     };
     assert_eq!(names("migrations/sqlite"), names("migrations/postgres"));
+}
+
+/// A key or index: its columns in order, and whether it is unique.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    unique: bool,
+    columns: Vec<String>,
+}
+
+/// Table → its keys and indexes, and its primary key's columns.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Keys {
+    keys: BTreeMap<String, std::collections::BTreeSet<Key>>,
+    primary: BTreeMap<String, Vec<String>>,
+}
+
+fn key(unique: bool, columns: &[&str]) -> Key {
+    Key {
+        unique,
+        columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+    }
+}
+
+/// The keys of every table of a SQLite database, as SQLite reports them: its
+/// indexes (unique constraints, primary keys that are not the rowid, and
+/// `CREATE INDEX`), and a rowid alias (`INTEGER PRIMARY KEY`) as the unique
+/// key it is.
+fn sqlite_keys(conn: &mut SqliteConnection) -> Keys {
+    #[derive(QueryableByName)]
+    struct Index {
+        #[diesel(sql_type = Text)]
+        name: String,
+        #[diesel(sql_type = Integer)]
+        unique: i32,
+        #[diesel(sql_type = Text)]
+        origin: String,
+    }
+    #[derive(QueryableByName)]
+    struct IndexColumn {
+        #[diesel(sql_type = Text)]
+        name: String,
+    }
+    #[derive(QueryableByName)]
+    struct Column {
+        #[diesel(sql_type = Text)]
+        name: String,
+        #[diesel(sql_type = Text)]
+        #[diesel(column_name = "type")]
+        type_: String,
+        #[diesel(sql_type = Integer)]
+        pk: i32,
+    }
+    let mut keys = Keys::default();
+    for table in sqlite_tables(conn).into_keys() {
+        let indexes: Vec<Index> = diesel::sql_query(format!("PRAGMA index_list(\"{table}\")"))
+            .load(conn)
+            .expect("indexes");
+        let mut found = std::collections::BTreeSet::new();
+        let mut primary_index = None;
+        for index in &indexes {
+            let columns: Vec<IndexColumn> =
+                diesel::sql_query(format!("PRAGMA index_info(\"{}\")", index.name))
+                    .load(conn)
+                    .expect("index columns");
+            let columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
+            if index.origin == "pk" {
+                primary_index = Some(columns.clone());
+            }
+            found.insert(Key {
+                unique: index.unique == 1,
+                columns,
+            });
+        }
+        let columns: Vec<Column> = diesel::sql_query(format!("PRAGMA table_info(\"{table}\")"))
+            .load(conn)
+            .expect("columns");
+        let mut pk: Vec<&Column> = columns.iter().filter(|c| c.pk > 0).collect();
+        pk.sort_by_key(|c| c.pk);
+        let pk: Vec<String> = pk.iter().map(|c| c.name.clone()).collect();
+        let rowid_alias = primary_index.is_none()
+            && pk.len() == 1
+            && columns
+                .iter()
+                .any(|c| c.name == pk[0] && c.type_.eq_ignore_ascii_case("INTEGER"));
+        if rowid_alias {
+            found.insert(Key {
+                unique: true,
+                columns: pk.clone(),
+            });
+        }
+        if !pk.is_empty() {
+            keys.primary.insert(table.clone(), pk);
+        }
+        keys.keys.insert(table, found);
+    }
+    keys
+}
+
+/// The keys of the tables of a PostgreSQL database, as its catalog reports
+/// them (every index: primary keys and unique constraints have one).
+fn pg_keys(url: &DatabaseUrl, tables: &[&str]) -> Keys {
+    #[derive(QueryableByName)]
+    struct Index {
+        #[diesel(sql_type = Text)]
+        table_name: String,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        is_unique: bool,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        is_primary: bool,
+        #[diesel(sql_type = Text)]
+        columns: String,
+    }
+    let mut conn = PgConnection::establish(url.as_str()).expect("connect");
+    let indexes: Vec<Index> = diesel::sql_query(
+        "SELECT t.relname::text AS table_name, i.indisunique AS is_unique, \
+                i.indisprimary AS is_primary, \
+                array_to_string(ARRAY( \
+                    SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+                    JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum \
+                    ORDER BY k.n), ',') AS columns \
+         FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid \
+         JOIN pg_namespace s ON s.oid = t.relnamespace \
+         WHERE s.nspname = current_schema() AND t.relname = ANY($1)",
+    )
+    .bind::<diesel::sql_types::Array<Text>, _>(tables)
+    .load(&mut conn)
+    .expect("indexes");
+    let mut keys = Keys::default();
+    for table in tables {
+        keys.keys.insert((*table).to_owned(), Default::default());
+    }
+    for index in indexes {
+        let columns: Vec<String> = index.columns.split(',').map(str::to_owned).collect();
+        if index.is_primary {
+            keys.primary
+                .insert(index.table_name.clone(), columns.clone());
+        }
+        keys.keys.entry(index.table_name).or_default().insert(Key {
+            unique: index.is_unique,
+            columns,
+        });
+    }
+    keys
+}
+
+const TABLES: [&str; 3] = ["api_keys", "idempotency_ledger", "orders"];
+
+/// A fresh PostgreSQL database with every migration applied.
+fn pg_migrated_db() -> TestDb {
+    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+    run_migrations(&db.url).expect("apply the PostgreSQL migrations");
+    db
+}
+
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn on_postgresql_every_primary_key_and_unique_index_of_orders_and_the_ledger_includes_user_id() {
+    if !postgres_available() {
+        return;
+    }
+    let db = pg_migrated_db();
+    let keys = pg_keys(&db.url, &TABLES);
+
+    for table in ["orders", "idempotency_ledger"] {
+        for key in &keys.keys[table] {
+            assert!(
+                !key.unique || key.columns.iter().any(|c| c == "user_id"),
+                "{table}: a unique key without user_id cannot be enforced on one shard: {key:?}"
+            );
+        }
+    }
+    assert_eq!(keys.primary["orders"], ["user_id", "seq"]);
+    assert_eq!(
+        keys.primary["idempotency_ledger"],
+        ["idempotency_key", "user_id"]
+    );
+    // A lookup by id names its user: an index that starts with user_id serves it.
+    assert!(
+        keys.keys["orders"].contains(&key(true, &["user_id", "id"])),
+        "{keys:?}"
+    );
+    assert!(
+        keys.keys["orders"].contains(&key(true, &["user_id", "idempotency_key"])),
+        "the second guard: {keys:?}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn the_sqlite_and_postgresql_migrations_leave_the_same_keys_and_indexes() {
+    if !postgres_available() {
+        return;
+    }
+    let db = pg_migrated_db();
+    let pg = pg_keys(&db.url, &TABLES);
+    let file = SqliteFile::new();
+    run_migrations(&file.url()).expect("apply the SQLite migrations");
+    let mut conn = SqliteConnection::establish(file.url().as_str()).expect("open");
+    let mut sqlite = sqlite_keys(&mut conn);
+
+    // The one difference, SQLite's own: `orders.seq` is its rowid
+    // (INTEGER PRIMARY KEY AUTOINCREMENT), which numbers the orders in
+    // creation order, never reusing a number; that makes it a key of its
+    // own, and the table's primary key. PostgreSQL's identity column needs
+    // neither, and its primary key is (user_id, seq).
+    let sqlite_orders = sqlite.keys.get_mut("orders").expect("orders");
+    assert!(sqlite_orders.remove(&key(true, &["seq"])), "{sqlite:?}");
+    assert_eq!(
+        sqlite.primary.remove("orders").as_deref(),
+        Some(&["seq".to_owned()][..])
+    );
+    assert_eq!(
+        pg.primary.get("orders").map(Vec::as_slice),
+        Some(&["user_id".to_owned(), "seq".to_owned()][..])
+    );
+    let mut pg = pg;
+    pg.primary.remove("orders");
+    assert_eq!(sqlite, pg);
+}
+
+#[test]
+fn the_ledger_crates_sqlite_ddl_makes_the_table_the_sqlite_migrations_make() {
+    let file = SqliteFile::new();
+    let mut conn = SqliteConnection::establish(file.url().as_str()).expect("open");
+    conn.batch_execute(idempotency_ledger::SQLITE_DDL)
+        .expect("the ledger crate's DDL");
+    let from_ddl = (sqlite_tables(&mut conn), sqlite_keys(&mut conn));
+
+    let migrated = SqliteFile::new();
+    run_migrations(&migrated.url()).expect("apply the SQLite migrations");
+    let mut conn = SqliteConnection::establish(migrated.url().as_str()).expect("open");
+    let (mut tables, mut keys) = (sqlite_tables(&mut conn), sqlite_keys(&mut conn));
+    let ledger = |tables: &mut Schema, keys: &mut Keys| {
+        (
+            tables.remove("idempotency_ledger"),
+            keys.keys.remove("idempotency_ledger"),
+            keys.primary.remove("idempotency_ledger"),
+        )
+    };
+    let (mut ddl_tables, mut ddl_keys) = from_ddl;
+    assert_eq!(
+        ledger(&mut ddl_tables, &mut ddl_keys),
+        ledger(&mut tables, &mut keys)
+    );
+    assert!(
+        ddl_tables.is_empty(),
+        "the DDL makes the ledger's table only"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn the_ledger_crates_postgresql_ddl_makes_the_table_the_postgresql_migrations_make() {
+    if !postgres_available() {
+        return;
+    }
+    let ddl = without_comments(idempotency_ledger::POSTGRES_DDL);
+    let (name, columns) = pg_create_table(
+        ddl.split(';')
+            .find(|s| s.contains("CREATE TABLE"))
+            .expect("CREATE TABLE"),
+    );
+    assert_eq!(
+        unordered([(name, columns)].into_iter().collect()).get("idempotency_ledger"),
+        unordered(pg_migrated()).get("idempotency_ledger"),
+        "columns and nullability"
+    );
+
+    let from_ddl = TestDb::fresh(orders_api::db::Backend::Postgres);
+    let mut conn = PgConnection::establish(from_ddl.url.as_str()).expect("connect");
+    conn.batch_execute(idempotency_ledger::POSTGRES_DDL)
+        .expect("the ledger crate's DDL");
+    let migrated = pg_migrated_db();
+    assert_eq!(
+        pg_keys(&from_ddl.url, &["idempotency_ledger"]),
+        pg_keys(&migrated.url, &["idempotency_ledger"])
+    );
 }

@@ -52,10 +52,9 @@ both_backends! {
         let recorded = app.post_order(Some("recorded-key"), &body);
         assert_eq!(recorded.status, 201, "{}", recorded.body);
         let bob = app.create_token("bob");
-        // Fault points are held per key for the whole test process: the
-        // key is this copy's own, not the other backend's.
+        // Fault holds are process-wide: each backend's copy holds its own key.
         let held_key = format!("held-key-{backend:?}");
-        let held_key = held_key.as_str();
+        let held_key: &str = &held_key;
         let hold = fault::hold(Point::AfterEnter, held_key);
 
         std::thread::scope(|s| {
@@ -101,8 +100,9 @@ both_backends! {
     fn duplicates_past_the_per_key_waiter_cap_are_answered_409_at_once_and_the_first_still_records(backend) {
         let app = TestApp::spawn_with(backend, |s| s.idempotency_wait_secs = 120);
         let body = order_body("Widget", 1, "1.00");
+        // Fault holds are process-wide: each backend's copy holds its own key.
         let crowded_key = format!("crowded-key-{backend:?}");
-        let crowded_key = crowded_key.as_str();
+        let crowded_key: &str = &crowded_key;
         let hold = fault::hold(Point::AfterEnter, crowded_key);
         std::thread::scope(|s| {
             let holder = s.spawn(|| app.post_order(Some(crowded_key), &body));

@@ -46,6 +46,7 @@ impl Drop for Admitted {
 }
 
 impl Admission {
+    /// Admits at most `bound` writes at once (at least one).
     pub fn new(bound: u32) -> Self {
         Self {
             admitted: Arc::default(),
@@ -101,6 +102,7 @@ impl WriteConnections {
         }
     }
 
+    /// How many write connections may be held at once.
     pub fn limit(&self) -> usize {
         self.limit
     }

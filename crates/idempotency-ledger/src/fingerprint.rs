@@ -14,6 +14,9 @@ use json_number::{Exponent, Scientific};
 pub struct Fingerprint(String);
 
 impl Fingerprint {
+    /// The fingerprint of a request: its method, its path, and its body —
+    /// `json` when the body parsed as JSON (hashed in its canonical form),
+    /// else the raw bytes.
     pub fn of(method: &str, path: &str, body: &[u8], json: Option<&Value>) -> Self {
         let mut hasher = Sha256::new();
         hasher.update(method.as_bytes());
@@ -33,6 +36,7 @@ impl Fingerprint {
         Self(hex::encode(hasher.finalize()))
     }
 
+    /// The fingerprint as 64 lowercase hex digits, as the ledger stores it.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -13,14 +13,19 @@ pub struct IdempotencyKey(String);
 /// Why a request's key was refused; the message is the problem's `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// No value, an empty one, only whitespace, or `""`.
     #[error("Idempotency-Key header is required")]
     Missing,
+    /// The header was sent more than once.
     #[error("Idempotency-Key header must be sent only once")]
     Repeated,
+    /// More than [`MAX_LEN`] characters.
     #[error("Idempotency-Key must be at most 255 characters")]
     TooLong,
+    /// A byte outside printable ASCII (0x20–0x7E).
     #[error("Idempotency-Key must contain only printable ASCII characters (0x20-0x7E)")]
     NotPrintableAscii,
+    /// A quoted value that is not a valid RFC 8941 string.
     #[error("Idempotency-Key is a malformed RFC 8941 string")]
     MalformedQuotedString,
 }
@@ -61,6 +66,7 @@ impl IdempotencyKey {
         Ok(Self(value))
     }
 
+    /// The key's value (unquoted).
     pub fn as_str(&self) -> &str {
         &self.0
     }

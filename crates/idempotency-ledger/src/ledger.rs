@@ -8,7 +8,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use tokio::time::Instant;
 
 use crate::admission::{Admission, WriteConnections};
-use crate::db::{Conn, Failure, Pool, WriteError, classify};
+use crate::db::{Conn, Failure, PG_LOCK_WAIT, Pool, WriteError, classify};
 use crate::fingerprint::Fingerprint;
 use crate::inflight::{Entered, InFlight};
 use crate::key::IdempotencyKey;
@@ -73,6 +73,7 @@ pub enum LedgerError<E> {
     /// A defect: a query failed in a way no client can avoid.
     #[error("database error: {0}")]
     Database(DieselError),
+    /// A defect of the ledger's own (a unit that panicked, a task lost).
     #[error("internal error: {0}")]
     Internal(String),
     /// The unit ran past its lease and was rolled back.
@@ -80,7 +81,12 @@ pub enum LedgerError<E> {
     LeaseExpired,
     /// The key's stored entry cannot be replayed as it was recorded.
     #[error("the entry of key {key:?} cannot be replayed: {cause}")]
-    Unreplayable { key: String, cause: Unreplayable },
+    Unreplayable {
+        /// The key whose entry it is.
+        key: String,
+        /// What does not read back.
+        cause: Unreplayable,
+    },
     /// The mutation failed (its error, for the application to answer).
     #[error("the mutation failed")]
     Operation(E),
@@ -105,6 +111,7 @@ pub struct LedgerTx<'t, 'c> {
 }
 
 impl<'c> LedgerTx<'_, 'c> {
+    /// The unit's connection: every write of the mutation goes through it.
     pub fn conn(&mut self) -> &mut Conn<'c> {
         self.conn
     }
@@ -119,8 +126,11 @@ impl<'c> LedgerTx<'_, 'c> {
 /// One request as the ledger sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct LedgerRequest<'a> {
+    /// Who sent it: keys are scoped by user (one key of two users is two keys).
     pub user_id: &'a str,
+    /// Its `Idempotency-Key`.
     pub key: &'a IdempotencyKey,
+    /// What it asked for.
     pub fingerprint: &'a Fingerprint,
 }
 
@@ -191,6 +201,8 @@ impl<E, F> From<DieselError> for Abort<E, F> {
 }
 
 impl Ledger {
+    /// A ledger writing through `pool` (its read connections, its unit of
+    /// writing), with `settings`.
     pub fn new(pool: Pool, settings: Settings) -> Self {
         let write_connections = match &pool {
             Pool::Postgres(_) => Some(WriteConnections::for_pool(pool.max_size())),
@@ -207,10 +219,12 @@ impl Ledger {
         }
     }
 
+    /// Its settings.
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
     }
 
+    /// The pool it writes through (and reads from).
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }
@@ -501,6 +515,7 @@ impl Ledger {
         let fingerprint = request.fingerprint.as_str().to_owned();
         let (now, expires_at) = self.entry_times();
         let lease = self.inner.settings.lease;
+        let lock_wait = pg_lock_wait(lease);
         move |conn: &mut Conn<'_>| -> Result<Outcome, Abort<E, F>> {
             let entry =
                 |conn: &mut Conn<'_>, fingerprint: &str| -> Result<Option<Outcome>, Abort<E, F>> {
@@ -511,6 +526,9 @@ impl Ledger {
                         None => Ok(None),
                     }
                 };
+            // The unit's own bound on a wait for a row lock, which a
+            // distributed backend carries to every node it touches.
+            store::bound_lock_waits(conn, lock_wait)?;
             if !store::lock_key(conn, &key, &user)? {
                 return Err(Abort::Busy(mutation));
             }
@@ -640,6 +658,17 @@ fn decide(entry: store::Entry, fingerprint: &str) -> Result<Outcome, Unreplayabl
         return Ok(Outcome::KeyReused);
     }
     entry.response.map(Outcome::Replayed)
+}
+
+/// How long a PostgreSQL statement waits for a lock another transaction
+/// holds before it gives up (then [`Outcome::InProgress`]): [`PG_LOCK_WAIT`],
+/// or half the lease when that is shorter — strictly below the lease's
+/// `statement_timeout`, so that the lock wait, started later, fires first
+/// (with equal timeouts the statement's would, and a duplicate would be
+/// answered 503 instead of "in progress"). Every pooled session starts with
+/// it, and every unit of writing sets it again for its own transaction.
+pub(crate) fn pg_lock_wait(lease: Duration) -> Duration {
+    PG_LOCK_WAIT.min(lease / 2).max(Duration::from_millis(1))
 }
 
 fn database_error<E>(e: DieselError) -> LedgerError<E> {

@@ -142,6 +142,8 @@
 //!   group-committing writer among them; [`row`]: a row described once,
 //!   from which every insert is built; [`store`]: the ledger's table.
 
+#![warn(missing_docs)]
+
 pub mod admission;
 pub mod db;
 #[cfg(feature = "fault-points")]

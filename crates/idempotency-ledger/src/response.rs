@@ -8,8 +8,11 @@ pub const RECORDED_HEADERS: [&str; 3] = ["location", "content-type", "etag"];
 /// A response as the ledger stores and replays it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedResponse {
+    /// The HTTP status (100–599).
     pub status: u16,
+    /// The response's headers; only [`RECORDED_HEADERS`] are recorded.
     pub headers: Vec<(String, String)>,
+    /// The body, byte for byte.
     pub body: Vec<u8>,
 }
 

@@ -52,6 +52,7 @@ use crate::db::timestamp_text;
 
 /// How a value is bound on one backend.
 pub trait Bind<DB: Backend> {
+    /// Pushes the value as one bind parameter.
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>;
 }
 
@@ -63,6 +64,7 @@ impl<T: Bind<Sqlite> + Bind<Pg> + ?Sized> Column for T {}
 /// Visits a row's columns in order: its names for the column list, its
 /// values for the bind parameters.
 pub trait Columns<'b> {
+    /// One column: its name and its value.
     fn column<C: Column + ?Sized>(&mut self, name: &'static str, value: &'b C) -> QueryResult<()>;
 }
 
@@ -109,6 +111,7 @@ pub struct Timestamp {
 }
 
 impl Timestamp {
+    /// The moment `at`, ready to bind on either backend.
     pub fn new(at: DateTime<Utc>) -> Self {
         Self {
             sqlite: timestamp_text(&at),
@@ -116,6 +119,7 @@ impl Timestamp {
         }
     }
 
+    /// The moment itself.
     pub fn at(&self) -> DateTime<Utc> {
         self.at
     }

@@ -3,6 +3,9 @@
 //! migrations, from [`SQLITE_DDL`](crate::SQLITE_DDL) and
 //! [`POSTGRES_DDL`](crate::POSTGRES_DDL).
 
+#![allow(missing_docs)] // diesel's table! writes the modules and columns
+
+/// SQLite's types.
 pub mod sqlite {
     diesel::table! {
         idempotency_ledger (idempotency_key, user_id) {
@@ -18,6 +21,7 @@ pub mod sqlite {
     }
 }
 
+/// PostgreSQL's types.
 pub mod pg {
     diesel::table! {
         idempotency_ledger (idempotency_key, user_id) {

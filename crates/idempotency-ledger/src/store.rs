@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
 
-use crate::db::Conn;
+use crate::db::{Conn, PG_LOCK_WAIT};
 use crate::response::{RecordedResponse, Unreplayable};
 use crate::row::{self, Columns, Row, Source, Timestamp};
 
@@ -34,6 +34,7 @@ macro_rules! dispatch {
 /// written with its response, and the columns are `NOT NULL`).
 #[derive(Debug, Clone)]
 pub struct Entry {
+    /// The fingerprint of the request that recorded it.
     pub fingerprint: String,
     /// The recorded response, or why it cannot be replayed.
     pub response: Result<RecordedResponse, Unreplayable>,
@@ -233,7 +234,33 @@ pub(crate) fn lock_key(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryRe
     }
 }
 
-/// Deletes at most `limit` expired rows; returns how many went.
+/// Bounds how long each statement of the current transaction waits for a
+/// lock another transaction holds, to `wait`: `SET LOCAL lock_timeout`,
+/// the transaction's own setting. Every PostgreSQL session has the same
+/// bound already, but a distributed PostgreSQL (Citus) runs a transaction's
+/// statements in the sessions the coordinator holds on its workers, which
+/// the service's session settings never reach; a `SET LOCAL` does: Citus
+/// sends it to every worker the transaction touches (with
+/// `citus.propagate_set_commands = 'local'`, which every session of the
+/// pool sets where Citus is loaded). Call it first in a transaction. SQLite: nothing to bound
+/// (the writer runs one unit at a time).
+pub(crate) fn bound_lock_waits(conn: &mut Conn<'_>, wait: std::time::Duration) -> QueryResult<()> {
+    use diesel::connection::SimpleConnection;
+    match conn {
+        Conn::Sqlite(_) => Ok(()),
+        Conn::Postgres(c) => c.batch_execute(&format!(
+            "SET LOCAL lock_timeout = {}",
+            wait.as_millis().max(1)
+        )),
+    }
+}
+
+/// Deletes at most `limit` expired entries, the oldest first; returns how
+/// many went. Run it inside a transaction (as [`Ledger::purge_expired`]
+/// does, one short transaction per batch): on PostgreSQL it bounds that
+/// transaction's lock waits first.
+///
+/// [`Ledger::purge_expired`]: crate::Ledger::purge_expired
 pub fn purge_batch(conn: &mut Conn<'_>, now: DateTime<Utc>, limit: i64) -> QueryResult<usize> {
     match conn {
         Conn::Sqlite(c) => purge_batch_sqlite(c, now, limit),
@@ -241,7 +268,8 @@ pub fn purge_batch(conn: &mut Conn<'_>, now: DateTime<Utc>, limit: i64) -> Query
     }
 }
 
-/// SQLite has no `DELETE … LIMIT` in its default build: delete by rowid.
+/// SQLite has no `DELETE … LIMIT` in its default build: delete by rowid
+/// (SQLite is never distributed, and its writer runs one unit at a time).
 fn purge_batch_sqlite(
     c: &mut SqliteConnection,
     now: DateTime<Utc>,
@@ -249,22 +277,57 @@ fn purge_batch_sqlite(
 ) -> QueryResult<usize> {
     diesel::sql_query(
         "DELETE FROM idempotency_ledger WHERE rowid IN \
-         (SELECT rowid FROM idempotency_ledger WHERE expires_at < ? LIMIT ?)",
+         (SELECT rowid FROM idempotency_ledger WHERE expires_at < ? ORDER BY expires_at LIMIT ?)",
     )
     .bind::<TimestamptzSqlite, _>(now)
     .bind::<BigInt, _>(limit)
     .execute(c)
 }
 
-/// PostgreSQL: delete by physical row id, skipping rows another purge holds.
+/// The purge's statement on PostgreSQL: `$1` is now, `$2` the batch's size.
+///
+/// It deletes by the ledger's key the `$2` entries that expired first (the
+/// `expires_at` index serves the selection, the primary key each
+/// deletion). No `ctid` and no row lock: a table distributed by `user_id`
+/// (Citus) refuses both in a statement that spans shards. There it runs in
+/// two steps, the selection first, across shards, then the deletion of the
+/// selected rows on every shard; an entry recorded for one of those keys in
+/// between (after another purge removed the old one) was created later, so
+/// matching `created_at` too keeps it.
+///
+/// The deletion matches the selected rows by key and `created_at`, a column
+/// no index covers, so the only way to them is the primary key: by a range
+/// of `expires_at` (`WHERE expires_at < $1 AND …`), or by `expires_at`
+/// itself, the planner could reach them through the `expires_at` index
+/// instead, and with a backlog inserted since the last `ANALYZE` (the
+/// statistics saying almost nothing has expired) it did: once per selected
+/// entry, over a backlog whose entries all expire at the same instant (one
+/// batch of a 1,000,000-entry backlog: 30 s, and 469 s with the range).
+/// `the_purges_plan_reads_the_backlog_only_as_far_as_one_batch_whatever_the_statistics_say`
+/// checks the plan.
+pub const PURGE_POSTGRES: &str = "DELETE FROM idempotency_ledger \
+     WHERE (user_id, idempotency_key, created_at) IN (SELECT user_id, idempotency_key, created_at \
+     FROM idempotency_ledger WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)";
+
+/// PostgreSQL: [`PURGE_POSTGRES`], planned for this batch's values each time
+/// (diesel prepares it once per connection, and a generic plan, which knows
+/// neither the batch's size nor how much has expired, reads the whole
+/// table), with the transaction's lock waits bounded first. On a single
+/// PostgreSQL it is one statement and one snapshot; two purges at once
+/// select the same entries, the second waits for the first's row locks (a
+/// batch is one short transaction) and then deletes what is left. A live
+/// write never waits on a purge: an expired entry still answers its key's
+/// read, so nothing writes a key whose entry is being purged.
 fn purge_batch_pg(c: &mut PgConnection, now: DateTime<Utc>, limit: i64) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM idempotency_ledger WHERE ctid = ANY(ARRAY( \
-         SELECT ctid FROM idempotency_ledger WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
-    )
-    .bind::<Timestamptz, _>(now)
-    .bind::<BigInt, _>(limit)
-    .execute(c)
+    use diesel::connection::SimpleConnection;
+    c.batch_execute(&format!(
+        "SET LOCAL lock_timeout = {}; SET LOCAL plan_cache_mode = force_custom_plan",
+        PG_LOCK_WAIT.as_millis()
+    ))?;
+    diesel::sql_query(PURGE_POSTGRES)
+        .bind::<Timestamptz, _>(now)
+        .bind::<BigInt, _>(limit)
+        .execute(c)
 }
 
 /// How many entries the ledger holds.

@@ -138,6 +138,53 @@ impl TestDb {
         self.pool.as_ref().expect("open")
     }
 
+    /// PostgreSQL: the test database's URL.
+    fn url(&self) -> String {
+        match &self.place {
+            Place::Postgres { server, name } => with_database(server, name),
+            Place::Sqlite(_) => panic!("a PostgreSQL test database"),
+        }
+    }
+
+    /// Sets the expiry of `key`'s entry: `day` days into the year 2000, long
+    /// expired (a later day expires later).
+    fn expire(&self, key: &str, day: u32) {
+        let mut pooled = self.pool().get().expect("connection");
+        let expiry = format!("2000-01-{day:02} 00:00:00+00:00");
+        match pooled.conn() {
+            Conn::Sqlite(c) => {
+                diesel::sql_query("UPDATE idempotency_ledger SET expires_at = ? WHERE idempotency_key = ?")
+                    .bind::<Text, _>(&expiry)
+                    .bind::<Text, _>(key)
+                    .execute(c)
+            }
+            Conn::Postgres(c) => diesel::sql_query(
+                "UPDATE idempotency_ledger SET expires_at = $1::timestamptz WHERE idempotency_key = $2",
+            )
+            .bind::<Text, _>(&expiry)
+            .bind::<Text, _>(key)
+            .execute(c),
+        }
+        .expect("expire the entry");
+    }
+
+    /// The keys that have a ledger entry, in key order.
+    fn entry_keys(&self) -> Vec<String> {
+        #[derive(QueryableByName)]
+        struct Key {
+            #[diesel(sql_type = Text)]
+            idempotency_key: String,
+        }
+        let sql = "SELECT idempotency_key FROM idempotency_ledger ORDER BY idempotency_key";
+        let mut pooled = self.pool().get().expect("connection");
+        let keys: Vec<Key> = match pooled.conn() {
+            Conn::Sqlite(c) => diesel::sql_query(sql).load(c),
+            Conn::Postgres(c) => diesel::sql_query(sql).load(c),
+        }
+        .expect("entry keys");
+        keys.into_iter().map(|k| k.idempotency_key).collect()
+    }
+
     fn ledger(&self) -> Ledger {
         Ledger::new(
             self.pool().clone(),
@@ -579,4 +626,367 @@ both_backends! {
         assert_eq!(rows[0][3], "100");
         assert!(rows[0][4].starts_with("2027-01-15 08:00:00.123456"), "{rows:?}");
     }
+
+    fn the_purge_deletes_only_expired_entries_the_oldest_first_a_batch_per_transaction(backend) {
+        let db = TestDb::fresh(backend);
+        let ledger = db.ledger();
+        let keys = ["p-1", "p-2", "p-3", "p-4", "p-5"];
+        runtime().block_on(async {
+            for key in keys {
+                let request = Request::new("acme", key, 100);
+                let done = ledger.execute_insert(request.ledger(), request.row(), request.answer(), request.found()).await;
+                assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
+            }
+        });
+        // Expired in the reverse of the order they were written; p-4 and p-5
+        // are still live.
+        db.expire("p-3", 1);
+        db.expire("p-2", 2);
+        db.expire("p-1", 3);
+
+        assert_eq!(Ledger::purge_expired(db.pool(), 2, 1).expect("purge"), 2, "one batch of two");
+        assert_eq!(db.entry_keys(), ["p-1", "p-4", "p-5"], "the two that expired first went");
+        assert_eq!(Ledger::purge_expired(db.pool(), 2, 10).expect("purge"), 1, "a short batch ends the round");
+        assert_eq!(Ledger::purge_expired(db.pool(), 2, 10).expect("purge"), 0);
+        assert_eq!(db.entry_keys(), ["p-4", "p-5"], "live entries stay");
+        assert_eq!(db.count("transfers"), 5, "the purge removes entries, never the effects");
+    }
+}
+
+/// What every PostgreSQL statement of a unit may wait for a lock, read from
+/// inside the unit's transaction.
+fn lock_timeout(conn: &mut PgConnection) -> String {
+    #[derive(QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = Text)]
+        lock_timeout: String,
+    }
+    diesel::sql_query("SHOW lock_timeout")
+        .get_result::<Setting>(conn)
+        .expect("SHOW lock_timeout")
+        .lock_timeout
+}
+
+/// The lock wait is the unit's own: `SET LOCAL lock_timeout` in its
+/// transaction, which a distributed backend (Citus) carries to every node
+/// the transaction touches — where the service's session settings never
+/// arrive. Here the one pooled session is left with no bound at all, as a
+/// worker's session would be; a unit whose change waits for a row another
+/// transaction holds still gives up after the lock wait (a lock timeout),
+/// not after the lease (a statement timeout), and leaves the session as it
+/// found it.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn a_units_lock_wait_is_bounded_by_its_own_transaction_whatever_its_session_says() {
+    use idempotency_ledger::db::{Failure, classify};
+    use std::sync::Mutex;
+
+    let db = TestDb::fresh(Backend::Postgres);
+    db.open_account("acme", 1_000);
+    let lease = Duration::from_secs(6);
+    // One connection: every read and unit runs on the session unbounded here.
+    let options = PoolOptions {
+        max_size: 1,
+        lease,
+        ..options()
+    };
+    let pool = Pool::connect(Backend::Postgres, &db.url(), &options).expect("pool");
+    let session = |pool: &Pool, sql: Option<&str>| {
+        let mut pooled = pool.get().expect("the one connection");
+        let Conn::Postgres(c) = pooled.conn() else {
+            panic!("PostgreSQL")
+        };
+        if let Some(sql) = sql {
+            c.batch_execute(sql).expect("set the session");
+        }
+        lock_timeout(c)
+    };
+    assert_eq!(session(&pool, None), "2s", "every session starts bounded");
+    assert_eq!(session(&pool, Some("SET lock_timeout = 0")), "0");
+
+    let mut holder = PgConnection::establish(&db.url()).expect("connect");
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM accounts WHERE account = 'acme' FOR UPDATE")
+        .expect("hold the account's row");
+    let ledger = Ledger::new(
+        pool.clone(),
+        Settings {
+            retention: Duration::from_secs(86_400),
+            lease,
+            wait: Duration::from_secs(10),
+            waiters_per_key: 4,
+            write_admission: 4,
+            connection_timeout: Duration::from_secs(10),
+        },
+    );
+    let request = Request::new("acme", "held-row", 100);
+    let inside = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&inside);
+    let outcome = runtime().block_on(ledger.execute(
+        request.ledger(),
+        move |tx: &mut LedgerTx<'_, '_>| {
+            let Conn::Postgres(c) = tx.conn() else {
+                panic!("PostgreSQL")
+            };
+            *seen.lock().expect("not poisoned") = Some(lock_timeout(c));
+            diesel::sql_query("UPDATE accounts SET balance = balance - 100 WHERE account = 'acme'")
+                .execute(*c)?;
+            Ok::<_, diesel::result::Error>(Completion::KeyReusedFound)
+        },
+    ));
+    holder.batch_execute("ROLLBACK").expect("release the row");
+
+    assert_eq!(
+        inside.lock().expect("not poisoned").as_deref(),
+        Some("2s"),
+        "the unit's own bound"
+    );
+    match outcome {
+        Err(LedgerError::Operation(e)) => {
+            assert_eq!(
+                classify(&e),
+                Failure::LockTimeout,
+                "the lock wait gave up, not the lease: {e}"
+            );
+        }
+        other => panic!("the held row answered {other:?}"),
+    }
+    assert_eq!(
+        session(&pool, None),
+        "0",
+        "the bound was the transaction's, not the session's"
+    );
+    assert_eq!(
+        (db.balance("acme"), db.count("idempotency_ledger")),
+        (1_000, 0)
+    );
+}
+
+/// A purge batch holds nothing a live request waits for: while one is
+/// deleting (its transaction open), a replay of a key whose entry it is
+/// deleting and a new request both answer — the replay from the entry as
+/// committed, the new request by running.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn a_purge_batch_in_progress_holds_nothing_a_replay_or_a_new_request_waits_for() {
+    let db = TestDb::fresh(Backend::Postgres);
+    db.open_account("acme", 1_000);
+    let ledger = db.ledger();
+    let old = Request::new("acme", "expired", 100);
+    let first = runtime().block_on(ledger.execute(old.ledger(), old.debit(&Arc::default())));
+    assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+    db.expire("expired", 1);
+
+    let mut purger = PgConnection::establish(&db.url()).expect("connect");
+    purger.batch_execute("BEGIN").expect("begin");
+    let purging = idempotency_ledger::store::purge_batch(
+        &mut Conn::Postgres(&mut purger),
+        chrono::Utc::now(),
+        1_000,
+    );
+    assert_eq!(
+        purging.expect("purge"),
+        1,
+        "the batch holds the expired entry"
+    );
+
+    let fresh = Request::new("acme", "fresh", 50);
+    let (replay, new) = runtime().block_on(async {
+        (
+            ledger
+                .execute(old.ledger(), old.debit(&Arc::default()))
+                .await,
+            ledger
+                .execute_insert(fresh.ledger(), fresh.row(), fresh.answer(), fresh.found())
+                .await,
+        )
+    });
+    purger.batch_execute("COMMIT").expect("commit the batch");
+
+    assert_eq!(
+        replay.ok(),
+        Some(Outcome::Replayed(old.answer())),
+        "the committed entry answers"
+    );
+    assert_eq!(new.ok(), Some(Outcome::Executed(fresh.answer())));
+    assert_eq!(db.entry_keys(), ["fresh"]);
+}
+
+/// Two purges at once (two processes): the second's batch waits for the
+/// first's and then finds nothing left to delete — no entry deleted twice,
+/// no error, no row lock taken or skipped.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn two_purges_at_once_delete_each_expired_entry_once() {
+    let db = TestDb::fresh(Backend::Postgres);
+    let ledger = db.ledger();
+    runtime().block_on(async {
+        for key in ["a", "b", "c"] {
+            let request = Request::new("acme", key, 100);
+            let done = ledger
+                .execute_insert(
+                    request.ledger(),
+                    request.row(),
+                    request.answer(),
+                    request.found(),
+                )
+                .await;
+            assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
+        }
+    });
+    for key in ["a", "b", "c"] {
+        db.expire(key, 1);
+    }
+    let mut first = PgConnection::establish(&db.url()).expect("connect");
+    first.batch_execute("BEGIN").expect("begin");
+    let now = chrono::Utc::now();
+    let deleted =
+        idempotency_ledger::store::purge_batch(&mut Conn::Postgres(&mut first), now, 1_000);
+    assert_eq!(deleted.expect("first purge"), 3);
+
+    let url = db.url();
+    let second = std::thread::spawn(move || {
+        let mut second = PgConnection::establish(&url).expect("connect");
+        second.batch_execute("BEGIN").expect("begin");
+        let deleted =
+            idempotency_ledger::store::purge_batch(&mut Conn::Postgres(&mut second), now, 1_000);
+        second.batch_execute("COMMIT").expect("commit");
+        deleted
+    });
+    // The second waits for the first's row locks…
+    let mut watcher = PgConnection::establish(&db.url()).expect("connect");
+    while waiting_sessions(&mut watcher) == 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // …and, once they are released, finds the entries gone.
+    first.batch_execute("COMMIT").expect("commit");
+    assert_eq!(second.join().expect("second purge").expect("no error"), 0);
+    assert!(db.entry_keys().is_empty());
+}
+
+/// Sessions of this database waiting for a lock.
+fn waiting_sessions(conn: &mut PgConnection) -> i64 {
+    diesel::select(diesel::dsl::sql::<BigInt>(
+        "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock')",
+    ))
+    .get_result(conn)
+    .expect("pg_stat_activity")
+}
+
+/// A node of a plan: its type, its index, whether a `Limit` is above it,
+/// and whether it is (under) the inner side of a nested loop (run once per
+/// outer row).
+#[derive(Debug)]
+struct PlanNode {
+    kind: String,
+    index: Option<String>,
+    under_limit: bool,
+    repeated: bool,
+}
+
+/// Every node of `EXPLAIN (FORMAT JSON)` of the purge's statement.
+fn purge_plan(conn: &mut PgConnection) -> Vec<PlanNode> {
+    #[derive(QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = Text)]
+        #[diesel(column_name = "QUERY PLAN")]
+        plan: String,
+    }
+    fn walk(node: &serde_json::Value, under_limit: bool, repeated: bool, out: &mut Vec<PlanNode>) {
+        let kind = node["Node Type"].as_str().unwrap_or("").to_owned();
+        for (i, child) in node["Plans"].as_array().into_iter().flatten().enumerate() {
+            let inner = kind == "Nested Loop" && i == 1;
+            walk(
+                child,
+                under_limit || kind == "Limit",
+                repeated || inner,
+                out,
+            );
+        }
+        out.push(PlanNode {
+            index: node["Index Name"].as_str().map(str::to_owned),
+            kind,
+            under_limit,
+            repeated,
+        });
+    }
+    let explained: Plan = diesel::sql_query(format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        idempotency_ledger::store::PURGE_POSTGRES
+    ))
+    .bind::<diesel::sql_types::Timestamptz, _>(chrono::Utc::now())
+    .bind::<BigInt, _>(1_000_i64)
+    .get_result(conn)
+    .expect("EXPLAIN the purge");
+    let json: serde_json::Value = serde_json::from_str(&explained.plan).expect("a JSON plan");
+    let mut nodes = Vec::new();
+    walk(&json[0]["Plan"], false, false, &mut nodes);
+    nodes
+}
+
+/// A backlog the statistics do not know of — inserted after the last
+/// `ANALYZE` by one statement, so that the planner believes almost nothing
+/// has expired, and every entry of it expires at the same instant — must
+/// not make a purge batch read the whole backlog, let alone once per entry
+/// it deletes: the plan reads the expired entries from the `expires_at`
+/// index only under the batch's `LIMIT`, and runs that selection once —
+/// before and after the statistics catch up.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn the_purges_plan_reads_the_backlog_only_as_far_as_one_batch_whatever_the_statistics_say() {
+    let db = TestDb::fresh(Backend::Postgres);
+    let mut conn = PgConnection::establish(&db.url()).expect("connect");
+    conn.batch_execute(
+        "ALTER TABLE idempotency_ledger SET (autovacuum_enabled = false);
+         INSERT INTO idempotency_ledger SELECT 'live-' || g, 'u' || (g % 97), 'fp', 201, '[]', '\\x7b7d',
+             now(), now() + interval '1 day' + g * interval '1 ms' FROM generate_series(1, 1000) g;
+         ANALYZE idempotency_ledger;
+         INSERT INTO idempotency_ledger SELECT 'expired-' || g, 'u' || (g % 97), 'fp', 201, '[]', '\\x7b7d',
+             now() - interval '2 days', now() - interval '1 day'
+             FROM generate_series(1, 50000) g;",
+    )
+    .expect("a backlog the statistics do not know of");
+
+    for statistics in ["stale", "fresh"] {
+        if statistics == "fresh" {
+            conn.batch_execute("ANALYZE idempotency_ledger")
+                .expect("ANALYZE");
+        }
+        let plan = purge_plan(&mut conn);
+        let by_expiry: Vec<&PlanNode> = plan
+            .iter()
+            .filter(|n| n.index.as_deref() == Some("idempotency_ledger_expires_at"))
+            .collect();
+        assert!(
+            !by_expiry.is_empty() && by_expiry.iter().all(|n| n.under_limit),
+            "{statistics} statistics: expired entries are read beyond the batch: {plan:#?}"
+        );
+        assert!(
+            plan.iter()
+                .filter(|n| n.kind == "Limit")
+                .all(|n| !n.repeated),
+            "{statistics} statistics: the batch is selected again for every row: {plan:#?}"
+        );
+    }
+    conn.batch_execute("BEGIN").expect("begin");
+    let deleted = idempotency_ledger::store::purge_batch(
+        &mut Conn::Postgres(&mut conn),
+        chrono::Utc::now(),
+        1_000,
+    );
+    conn.batch_execute("COMMIT").expect("commit");
+    assert_eq!(deleted.expect("purge"), 1_000);
 }

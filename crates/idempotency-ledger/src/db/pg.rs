@@ -9,9 +9,10 @@ use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnectio
 
 /// How long a statement waits on PostgreSQL for a row lock another
 /// transaction holds before its request is answered
-/// `409 IDEMPOTENCY_IN_PROGRESS`. Units of one key never wait on each other
-/// (a unit only *tries* its key's advisory lock), so such a wait is for a
-/// writer outside the ledger's protocol.
+/// `409 IDEMPOTENCY_IN_PROGRESS` (at most half the lease). Units of one key
+/// never wait on each other (a unit only *tries* its key's advisory lock),
+/// so such a wait is for a writer outside the ledger's protocol — or, for
+/// the purge, for another purge.
 pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// PostgreSQL connections for r2d2, which also drops a connection on which
@@ -66,11 +67,12 @@ impl r2d2::ManageConnection for PgManager {
     }
 }
 
-/// Per-connection PostgreSQL settings: READ COMMITTED, how long a request
-/// waits for a lock another transaction holds (its key's advisory lock), and
-/// the lease that bounds how long any transaction may hold its key (a hung
-/// holder's session is ended by the server, so its transaction can never
-/// commit late).
+/// Per-connection PostgreSQL settings: READ COMMITTED, how long a statement
+/// waits for a lock another transaction holds (a unit of writing sets the
+/// same bound again for its own transaction, so that it reaches every node
+/// of a distributed backend too), and the lease that bounds how long any
+/// transaction may hold its key (a hung holder's session is ended by the
+/// server, so its transaction can never commit late).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PgSession {
     pub(super) lease: Duration,
@@ -79,18 +81,20 @@ pub(super) struct PgSession {
 impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
         let lease_ms = self.lease.as_millis().max(1);
-        // Strictly below `statement_timeout`: a duplicate waiting for a held
-        // key must be told IDEMPOTENCY_IN_PROGRESS, never a 503 (with equal
-        // timeouts the statement's, started first, fires first).
-        let lock_ms = PG_LOCK_WAIT.as_millis().min(lease_ms / 2).max(1);
+        let lock_ms = crate::ledger::pg_lock_wait(self.lease).as_millis();
         // READ COMMITTED whatever the database's default: under `repeatable
         // read` or `serializable` a race loser's `INSERT … ON CONFLICT`
         // fails with a serialization error instead of seeing the winner.
         // PostgreSQL 17+ also ends any transaction older than the lease
         // (`transaction_timeout`); before it, a dead host's transaction
         // lives at most one statement plus one idle moment: twice the lease.
-        let version: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            "current_setting('server_version_num')::bigint",
+        let (version, citus): (i64, bool) = diesel::select((
+            diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                "current_setting('server_version_num')::bigint",
+            ),
+            diesel::dsl::sql::<diesel::sql_types::Bool>(
+                "current_setting('citus.propagate_set_commands', true) IS NOT NULL",
+            ),
         ))
         .get_result(conn)
         .map_err(r2d2::Error::QueryError)?;
@@ -99,12 +103,21 @@ impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
         } else {
             String::new()
         };
+        // On Citus (its library loaded), a transaction's `SET LOCAL` — a
+        // unit's `lock_timeout` — is sent on to every worker the transaction
+        // touches once the session asks for it.
+        let propagate = if citus {
+            "SET citus.propagate_set_commands = 'local';"
+        } else {
+            ""
+        };
         conn.batch_execute(&format!(
             "SET TIME ZONE 'UTC';
              SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
              SET lock_timeout = {lock_ms};
              SET statement_timeout = {lease_ms};
              SET idle_in_transaction_session_timeout = {lease_ms};
+             {propagate}
              {transaction_timeout}"
         ))
         .map_err(r2d2::Error::QueryError)

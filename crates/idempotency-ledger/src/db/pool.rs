@@ -16,13 +16,16 @@ use super::writer::{WriteError, WriterHealth, WriterSlot, WriterStats, write_bou
 /// Which database a pool talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// A file, one writer per process (group commit).
     Sqlite,
+    /// A server, several processes on one database.
     Postgres,
 }
 
 /// Pool and session settings.
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
+    /// The most connections the pool opens (readers, on SQLite).
     pub max_size: u32,
     /// How long a request waits for a free connection (or a reconnect during
     /// an outage) before it is answered unavailable.
@@ -40,7 +43,9 @@ pub struct PoolOptions {
 /// The connection pool of either backend.
 #[derive(Clone)]
 pub enum Pool {
+    /// Readers and the one writer.
     Sqlite(SqlitePool),
+    /// One pool for reads and writes.
     Postgres(PgPool),
 }
 
@@ -66,14 +71,18 @@ pub struct PgPool {
 
 /// A connection checked out of [`Pool`].
 pub enum PooledConn {
+    /// A SQLite reader.
     Sqlite(PooledConnection<SqliteManager>),
+    /// A PostgreSQL connection.
     Postgres(PooledConnection<PgManager>),
 }
 
 /// A borrowed connection of either backend: what every storage function
 /// takes, so that the same function runs inside or outside a transaction.
 pub enum Conn<'a> {
+    /// SQLite.
     Sqlite(&'a mut SqliteConnection),
+    /// PostgreSQL.
     Postgres(&'a mut PgConnection),
 }
 
@@ -91,6 +100,7 @@ pub enum ConnectError {
     /// It opened, but its session could not be set up.
     #[error("{0}")]
     Session(DieselError),
+    /// The pool itself could not be built.
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
 }
@@ -142,6 +152,7 @@ impl Pool {
         }
     }
 
+    /// Which backend the pool talks to.
     pub fn backend(&self) -> Backend {
         match self {
             Pool::Sqlite(_) => Backend::Sqlite,
@@ -344,6 +355,7 @@ pub fn one_line(message: &str) -> String {
 }
 
 impl PooledConn {
+    /// The connection, as storage functions take it.
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
             PooledConn::Sqlite(c) => Conn::Sqlite(c),

@@ -26,16 +26,20 @@ pub(super) type SqliteManager = ConnectionManager<SqliteConnection>;
 /// while that batch is still within its rights.
 #[derive(Debug, Clone, Copy)]
 pub struct SqliteSession {
+    /// How long a statement waits for another connection's lock.
     pub busy_timeout: Duration,
 }
 
 impl SqliteSession {
+    /// The settings of a pool whose units may hold the lock `lease`.
     pub fn for_lease(lease: Duration) -> Self {
         Self {
             busy_timeout: (lease + Duration::from_secs(1)).max(SQLITE_BUSY_TIMEOUT),
         }
     }
 
+    /// Applies the settings to `conn` (a read-only file keeps its journal
+    /// mode).
     pub fn apply(&self, conn: &mut SqliteConnection) -> Result<(), DieselError> {
         conn.batch_execute(&format!(
             "PRAGMA busy_timeout = {};

@@ -382,6 +382,7 @@ impl Writer {
         })
     }
 
+    /// What the writer has done so far.
     pub fn stats(&self) -> WriterStats {
         let counters = &self.shared.counters;
         WriterStats {

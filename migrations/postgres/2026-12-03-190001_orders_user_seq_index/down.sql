@@ -1,0 +1,1 @@
+DROP INDEX CONCURRENTLY IF EXISTS orders_user_seq_key;

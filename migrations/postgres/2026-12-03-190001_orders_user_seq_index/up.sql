@@ -1,0 +1,11 @@
+-- The first of three migrations after which every key of `orders` includes
+-- `user_id`, so that the table can be distributed by `user_id` (Citus) and
+-- each key enforced on one shard: this builds the index of the primary key
+-- to be, `(user_id, seq)`, without blocking writes; `…_keys_include_user_id`
+-- makes it the key.
+--
+-- CONCURRENTLY cannot run inside a transaction, so this migration runs
+-- outside one (metadata.toml), as its only statement. A build that fails
+-- leaves an invalid index behind: drop it (`DROP INDEX orders_user_seq_key`)
+-- and migrate again.
+CREATE UNIQUE INDEX CONCURRENTLY orders_user_seq_key ON orders (user_id, seq);

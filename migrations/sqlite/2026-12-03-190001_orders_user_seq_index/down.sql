@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS orders_user_seq_key;
