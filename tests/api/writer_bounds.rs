@@ -372,6 +372,43 @@ fn a_postgresql_unit_that_never_returns_has_its_caller_answered_at_the_lease_plu
     assert_eq!(ghosts.n, 0, "the late unit committed");
 }
 
+/// On PostgreSQL a create goes as one autocommitted statement; when its
+/// answer does not come back (here: the statement has committed, and its
+/// blocking thread is held before it reports, as a commit waiting for a
+/// synchronous standby or a server that stopped answering would leave it),
+/// the caller is answered `503` with `Retry-After` at the lease plus
+/// `COMMIT_GRACE`, while the thread is still held. The order went through —
+/// the outcome the `503` left unknown — so a retry, still during the hold,
+/// replays it, and one order exists. Before, the caller waited for as long
+/// as the statement's thread did.
+#[test]
+fn a_postgresql_create_whose_statement_never_answers_is_answered_503_and_its_retry_replays_the_order()
+ {
+    if !postgres_available() {
+        return;
+    }
+    let app = TestApp::spawn_with(Backend::Postgres, |s| s.lease_secs = 1);
+    let body = order_body("Widget", 1, "1");
+    // Fault points are held per key for the whole test process: no other
+    // test uses this one.
+    let key = "never-answered";
+    let hold = fault::hold(Point::AfterOneStatement, key);
+
+    let unanswered = app.post_order(Some(key), &body);
+    assert!(hold.wait_reached(PATIENCE), "the statement ran");
+    // Answered, and the statement's thread is still held.
+    assert_unavailable(&unanswered);
+    let retry = app.post_order(Some(key), &body);
+    assert_eq!(retry.status, 200, "{}", retry.body);
+    assert_eq!(retry.header("Idempotent-Replayed"), Some("true"));
+    let location = retry.header("Location").expect("Location");
+    let found = app.call("GET", location, None, None);
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert_eq!(found.json(), retry.json());
+    hold.release();
+    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+}
+
 #[derive(diesel::QueryableByName)]
 struct Count {
     #[diesel(sql_type = diesel::sql_types::BigInt)]

@@ -32,6 +32,15 @@ pub enum Point {
     /// In the SQLite writer, where a replacement thread opens its
     /// connection. Key: the database as the pool was given it.
     OpenWriter,
+    /// In [`Ledger::execute_insert`](crate::Ledger::execute_insert) on
+    /// PostgreSQL, right after the one-statement create returned (the
+    /// statement autocommits: its row and entry are committed), on its
+    /// blocking thread, its connection still checked out: an answer that
+    /// does not come back (a commit waiting for a synchronous standby, a
+    /// server that stopped answering). Released, the thread goes on as if
+    /// the answer came; failed, as if the connection broke. Key: the
+    /// idempotency key.
+    AfterOneStatement,
 }
 
 /// The arrival at a point of a [`failing`] or [`Hold::fail`]ed hold.
