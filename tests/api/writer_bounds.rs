@@ -382,6 +382,10 @@ fn a_postgresql_unit_that_never_returns_has_its_caller_answered_at_the_lease_plu
 /// replays it, and one order exists. Before, the caller waited for as long
 /// as the statement's thread did.
 #[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
 fn a_postgresql_create_whose_statement_never_answers_is_answered_503_and_its_retry_replays_the_order()
  {
     if !postgres_available() {
