@@ -16,6 +16,8 @@ pub enum CliError {
     #[error(transparent)]
     Bind(#[from] startup::BindError),
     #[error(transparent)]
+    Serve(#[from] startup::ServeError),
+    #[error(transparent)]
     Keys(#[from] auth::KeyAdminError),
     #[error("database error: {}", db::one_line(.0))]
     Database(String),

@@ -60,6 +60,17 @@ pub struct BindError {
     cause: std::io::Error,
 }
 
+/// Why a running server stopped by itself.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The database cannot be written and the process cannot recover by
+    /// itself: it exits so that its supervisor restarts it.
+    #[error("{0}; exiting so that a supervisor restarts the service")]
+    CannotWrite(String),
+}
+
 /// A bound, not yet running, server.
 pub struct Application {
     port: u16,
@@ -131,14 +142,33 @@ impl Application {
     }
 
     /// Serves until the server is stopped (SIGINT/SIGTERM or the handle),
-    /// purging expired ledger entries in the background meanwhile.
-    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+    /// purging expired ledger entries in the background meanwhile — or
+    /// until the SQLite writer gives up (writing has been impossible for the
+    /// lease plus its commit grace): then the server stops (in-flight
+    /// requests finish, each within its own bound) and this returns
+    /// [`ServeError::CannotWrite`], so that the process exits non-zero and
+    /// its supervisor restarts it.
+    pub async fn run_until_stopped(self) -> Result<(), ServeError> {
+        use futures_util::future::{Either, join, select};
+
         let every = self.purge_interval.min(telemetry::LEDGER_COUNT_INTERVAL);
         let gauge = actix_web::rt::spawn(telemetry::count_ledger_rows(self.pool.clone(), every));
-        let purge = actix_web::rt::spawn(purge_periodically(self.pool, self.purge_interval));
-        let signals = actix_web::rt::spawn(stop_on_signal(self.server.handle()));
+        let purge =
+            actix_web::rt::spawn(purge_periodically(self.pool.clone(), self.purge_interval));
+        let handle = self.server.handle();
+        let signals = actix_web::rt::spawn(stop_on_signal(handle.clone()));
         let upkeep = actix_web::rt::spawn(metrics_upkeep(METRICS_UPKEEP));
-        let result = self.server.await;
+        let pool = self.pool;
+        let gave_up = Box::pin(pool.writer_gave_up());
+        let result = match select(self.server, gave_up).await {
+            Either::Left((served, _)) => served.map_err(ServeError::Io),
+            Either::Right((why, server)) => {
+                // The server future runs the stop it is asked for.
+                let (_, served) = join(handle.stop(true), server).await;
+                served?;
+                Err(ServeError::CannotWrite(why))
+            }
+        };
         upkeep.abort();
         signals.abort();
         purge.abort();

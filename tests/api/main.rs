@@ -39,3 +39,4 @@ mod shutdown;
 mod smoke;
 mod statements;
 mod web_app;
+mod writer_bounds;
