@@ -17,10 +17,20 @@ use crate::config::{
 };
 use crate::db::{DatabaseUrl, PoolOptions};
 
+/// What `orders-api --version` prints after the name: the version and the
+/// commit the binary was built from (`unknown` outside a git checkout; see
+/// `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ORDERS_API_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "orders-api",
-    version,
+    version = VERSION,
     about = "An orders REST API in which every mutation is safe to retry",
     long_about = "An orders REST API in which every mutation is safe to retry.\n\n\
                   Without a command it serves, exactly as `orders-api serve`: the server's \
@@ -50,7 +60,9 @@ pub enum Command {
     Purge(DatabaseArgs),
     /// The offline-first client: queue operations, send them with stored keys.
     Client(orders_client::command::ClientArgs),
-    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report pass/fail/skip.
+    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report
+    /// pass/fail/skip; `atk chaos` drives retrying clients through a fault-injecting proxy and
+    /// checks their history, `atk history FILE` checks a recorded one.
     Atk(orders_atk::AtkArgs),
 }
 

@@ -16,6 +16,8 @@ pub enum CliError {
     #[error(transparent)]
     Bind(#[from] startup::BindError),
     #[error(transparent)]
+    Serve(#[from] startup::ServeError),
+    #[error(transparent)]
     Keys(#[from] auth::KeyAdminError),
     #[error("database error: {}", db::one_line(.0))]
     Database(String),
@@ -36,6 +38,17 @@ pub enum CliError {
     Client(#[from] orders_client::command::ClientError),
     #[error(transparent)]
     Atk(#[from] orders_atk::AtkError),
+}
+
+impl CliError {
+    /// The exit status it calls for: `atk history`'s `2` for a history that
+    /// cannot be checked, `1` otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Atk(e) => e.exit_code(),
+            _ => 1,
+        }
+    }
 }
 
 fn database_error(e: impl std::fmt::Display) -> CliError {
@@ -97,6 +110,14 @@ fn serve(settings: &Settings) -> Result<(), CliError> {
                 local_addr(&settings.bind, app.port())
             );
         }
+        let listening = format!(
+            "listening on http://{}",
+            local_addr(&settings.bind, app.port())
+        );
+        startup::notify_supervisor(&[
+            startup::NotifyState::Ready,
+            startup::NotifyState::Status(&listening),
+        ]);
         app.run_until_stopped().await?;
         tracing::info!("stopped");
         Ok(())

@@ -317,6 +317,8 @@ fn a_writer_unit_that_hangs_past_the_lease_is_abandoned_rolled_back_and_the_writ
     assert_unavailable(&behind);
     let stats = app.pool.writer_stats().expect("the writer ran");
     assert!(stats.replaced >= 1, "{stats:?}");
+    // Writing resumes once the hung unit has returned and been rolled back.
+    crate::writer_bounds::wait_until_ready(&app);
     let retry = app.post_order(Some("behind"), &body);
     assert_eq!(retry.status, 201, "the refused key is free: {}", retry.body);
     assert_not_replayed(&retry);

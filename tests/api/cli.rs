@@ -287,6 +287,39 @@ fn a_bad_setting_exits_non_zero_with_one_clear_line() {
 }
 
 #[test]
+fn version_names_the_version_and_the_commit_it_was_built_from() {
+    let dir = TempDir::new();
+    // What build.rs found: `git rev-parse --short HEAD` in a checkout.
+    let built_from = env!("ORDERS_API_COMMIT");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    match head {
+        Some(head) if std::env::var_os("ORDERS_API_COMMIT").is_none() => {
+            assert_eq!(built_from, stdout(&head).trim(), "the checkout's HEAD");
+        }
+        _ => assert!(!built_from.is_empty(), "`unknown` at least"),
+    }
+
+    for flag in ["--version", "-V"] {
+        let out = orders_api_in(&dir.0, &[flag]);
+
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!(
+                "orders-api {} (commit {built_from})\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+}
+
+#[test]
 fn usage_errors_print_clap_s_whole_message_with_the_usage_line() {
     let dir = TempDir::new();
     let missing = orders_api_in(&dir.0, &["keys", "create"]);

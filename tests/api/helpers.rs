@@ -99,7 +99,12 @@ pub struct TestDb {
 
 enum Cleanup {
     Files(PathBuf),
-    Database { admin_url: String, name: String },
+    Database {
+        admin_url: String,
+        name: String,
+    },
+    /// Another handle removes it.
+    Nothing,
 }
 
 impl TestDb {
@@ -202,6 +207,7 @@ impl TestDb {
                     .n
                     > 0
             }
+            Cleanup::Nothing => panic!("ask the handle that removes the database"),
         }
     }
 
@@ -214,6 +220,15 @@ impl TestDb {
         }
         db
     }
+
+    /// The same database, for a second server (a restart); this handle
+    /// removes nothing, the first one does.
+    pub fn again(&self) -> Self {
+        Self {
+            url: self.url.clone(),
+            cleanup: Cleanup::Nothing,
+        }
+    }
 }
 
 impl Drop for TestDb {
@@ -224,6 +239,7 @@ impl Drop for TestDb {
                     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
                 }
             }
+            Cleanup::Nothing => {}
             Cleanup::Database { admin_url, name } => {
                 if let Ok(mut admin) = PgConnection::establish(admin_url) {
                     let _ =
@@ -261,6 +277,8 @@ pub struct TestApp {
     client: crate::net::Client,
     handle: Option<ServerHandle>,
     thread: Option<JoinHandle<()>>,
+    /// How the server stopped (its error's words), once it has.
+    stopped: std::sync::Mutex<mpsc::Receiver<Result<(), String>>>,
     // Dropped last: the database outlives the server.
     pub db: TestDb,
 }
@@ -285,6 +303,7 @@ impl TestApp {
         let pool = orders_api::db::connect(&settings.database_url, &settings.pool_options())
             .expect("pool");
         let (tx, rx) = mpsc::channel();
+        let (stopped_tx, stopped) = mpsc::channel();
         let (server_settings, server_pool) = (settings.clone(), pool.clone());
         let thread = std::thread::spawn(move || {
             let system = actix_web::rt::System::new();
@@ -293,9 +312,10 @@ impl TestApp {
                 tx.send((app.port(), app.handle())).expect("report port");
                 app.run_until_stopped().await
             });
-            if let Err(e) = result {
+            if let Err(e) = &result {
                 eprintln!("test server stopped with {e}");
             }
+            let _ = stopped_tx.send(result.map_err(|e| e.to_string()));
         });
         let (port, handle) = rx
             .recv_timeout(Duration::from_secs(30))
@@ -309,6 +329,7 @@ impl TestApp {
             settings,
             handle: Some(handle),
             thread: Some(thread),
+            stopped: std::sync::Mutex::new(stopped),
             db,
         };
         app.token = app.create_token("alice");
@@ -362,6 +383,16 @@ impl TestApp {
 
     pub fn post_order(&self, key: Option<&str>, body: &str) -> TestResponse {
         self.call("POST", "/v1/orders", key, Some(body))
+    }
+
+    /// How the server stopped by itself (`Err` with its error's words);
+    /// panics when it is still serving after `patience`.
+    pub fn wait_until_stopped(&self, patience: Duration) -> Result<(), String> {
+        self.stopped
+            .lock()
+            .expect("the stop report")
+            .recv_timeout(patience)
+            .expect("the server stopped by itself")
     }
 
     /// Orders stored, for every user.

@@ -106,7 +106,7 @@ fn database(backend: orders_api::db::Backend) -> (TestDb, orders_api::db::Pool, 
     (db, pool, token)
 }
 
-fn remove_last_migration_record(app: &TestApp) -> String {
+pub(crate) fn remove_last_migration_record(app: &TestApp) -> String {
     #[derive(diesel::QueryableByName)]
     struct Version {
         #[diesel(sql_type = diesel::sql_types::Text)]
@@ -129,7 +129,7 @@ fn remove_last_migration_record(app: &TestApp) -> String {
     version
 }
 
-fn restore_migration_record(app: &TestApp, version: &str) {
+pub(crate) fn restore_migration_record(app: &TestApp, version: &str) {
     let mut pooled = app.pool.get().unwrap();
     let insert = format!("INSERT INTO __diesel_schema_migrations (version) VALUES ('{version}')");
     match pooled.conn() {

@@ -173,3 +173,44 @@ both_backends! {
         assert_eq!(process::ledger_count(&pool), keys, "every order has its recorded answer");
     }
 }
+
+/// What the server sent to a `Type=notify` service manager's socket: each
+/// datagram's lines, until one contains `line` (or the wait runs out).
+fn notifications_until(socket: &std::os::unix::net::UnixDatagram, line: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !seen.iter().any(|l| l == line) {
+        let Ok(n) = socket.recv(&mut buffer) else {
+            panic!("no {line:?} within {TIMEOUT:?}; got {seen:?}");
+        };
+        let datagram = String::from_utf8_lossy(&buffer[..n]).into_owned();
+        seen.extend(datagram.lines().map(str::to_owned));
+    }
+    seen
+}
+
+#[test]
+fn under_systemd_the_server_reports_ready_once_it_listens_and_stopping_on_sigterm() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    let path = std::env::temp_dir().join(format!("notify-{}.sock", uuid::Uuid::new_v4().simple()));
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("bind the notify socket");
+    socket.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let notify_socket = path.display().to_string();
+
+    let mut server =
+        ServerProcess::start_with_env(&db.url, &[], &[("NOTIFY_SOCKET", &notify_socket)]);
+    let ready = notifications_until(&socket, "READY=1");
+    server.terminate();
+    let stopping = notifications_until(&socket, "STOPPING=1");
+    let status = server.wait_for_exit(TIMEOUT);
+    let _ = std::fs::remove_file(&path);
+
+    let listening = format!("STATUS=listening on {}", server.address());
+    assert!(ready.contains(&listening), "{ready:?}");
+    assert!(!ready.iter().any(|l| l == "STOPPING=1"), "{ready:?}");
+    assert!(
+        stopping.iter().any(|l| l.starts_with("STATUS=")),
+        "{stopping:?}"
+    );
+    assert!(status.success(), "{status}");
+}

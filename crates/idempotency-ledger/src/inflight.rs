@@ -237,6 +237,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_waiter_takes_the_key_over_when_the_holder_outlives_its_lease() {
+        let in_flight = Arc::new(InFlight::new(8));
+        let lease = Duration::from_millis(50);
+        let far = Instant::now() + LEASE;
+        let hung = in_flight.enter("alice", "k", far, lease).await;
+        assert!(holds(&hung));
+        assert_eq!(in_flight.holders(), 1);
+        // It waits for the hung holder until the holder's lease ends, then
+        // takes the key over, long before its own deadline.
+        let next = in_flight.enter("alice", "k", far, lease).await;
+        assert!(holds(&next), "{next:?}");
+        assert_eq!(in_flight.holders(), 1, "one holder of the key");
+    }
+
+    #[tokio::test]
     async fn a_holder_past_its_lease_is_waited_for_no_longer() {
         let in_flight = Arc::new(InFlight::new(8));
         let lease = Duration::ZERO;

@@ -851,8 +851,8 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             continue;
         }
         let (f, n) = (
-            foreign.body.replace(&id, "{id}"),
-            nonexistent.body.replace(&missing, "{id}"),
+            without_occurrence(&foreign.body).replace(&id, "{id}"),
+            without_occurrence(&nonexistent.body).replace(&missing, "{id}"),
         );
         if f != n || foreign.status != nonexistent.status {
             p.deviate(format!(
@@ -875,6 +875,19 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         }
     }
     Ok(())
+}
+
+/// `body` without what names one occurrence rather than the answer: an
+/// RFC 9457 problem's `instance` (this service's is the request id, so two
+/// answers that say the same thing differ in it). Any other body as it is.
+fn without_occurrence(body: &str) -> String {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(mut members) if members.contains_key("instance") => {
+            members.remove("instance");
+            serde_json::Value::Object(members).to_string()
+        }
+        _ => body.to_owned(),
+    }
 }
 
 fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
@@ -986,4 +999,25 @@ fn ext_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_occurrence;
+
+    #[test]
+    fn two_problems_that_differ_only_in_their_instance_say_the_same() {
+        let a = r#"{"type":"/problems/not-found","status":404,"instance":"urn:request:a"}"#;
+        let b = r#"{"type":"/problems/not-found","status":404,"instance":"urn:request:b"}"#;
+        assert_eq!(without_occurrence(a), without_occurrence(b));
+        let other = r#"{"type":"/problems/forbidden","status":404,"instance":"urn:request:a"}"#;
+        assert_ne!(without_occurrence(a), without_occurrence(other));
+    }
+
+    #[test]
+    fn a_body_without_an_instance_is_compared_as_it_is() {
+        for body in ["not found", r#"{"b":1, "a":2}"#, "[1]", ""] {
+            assert_eq!(without_occurrence(body), body);
+        }
+    }
 }
