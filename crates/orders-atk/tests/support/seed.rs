@@ -25,13 +25,13 @@
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use orders_atk::wire::Message;
 use serde_json::{Value, json};
+
+use super::front::Front;
 
 /// How the server writes its orders.
 #[derive(Clone)]
@@ -89,9 +89,7 @@ impl Quirks {
 /// The seed's design on a free port of 127.0.0.1, until dropped.
 pub struct SeedServer {
     pub address: String,
-    local: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _front: Front,
     state: Arc<Mutex<State>>,
 }
 
@@ -122,9 +120,6 @@ impl SeedServer {
     }
 
     pub fn with_quirks(dialect: Dialect, quirks: Quirks) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the seed server");
-        let local = listener.local_addr().expect("address");
-        let address = format!("http://{local}");
         let state = Arc::new(Mutex::new(State {
             dialect,
             quirks,
@@ -132,28 +127,13 @@ impl SeedServer {
             keys: HashMap::new(),
             creates: HashMap::new(),
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (stop, state) = (Arc::clone(&stop), Arc::clone(&state));
-            // Blocks in `accept`; dropping the server wakes it with a
-            // connection of its own.
-            std::thread::spawn(move || {
-                for client in listener.incoming() {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    if let Ok(client) = client {
-                        let state = Arc::clone(&state);
-                        std::thread::spawn(move || serve(client, &state));
-                    }
-                }
-            })
+        let front = {
+            let state = Arc::clone(&state);
+            Front::start(move |client| serve(client, &state))
         };
         Self {
-            address,
-            local,
-            stop,
-            thread: Some(thread),
+            address: front.address.clone(),
+            _front: front,
             state,
         }
     }
@@ -161,17 +141,6 @@ impl SeedServer {
     /// How many orders it holds.
     pub fn order_count(&self) -> usize {
         self.state.lock().expect("state").orders.len()
-    }
-}
-
-impl Drop for SeedServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wakes the accept loop, which then sees `stop`.
-        let _ = TcpStream::connect(self.local);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
