@@ -11,7 +11,7 @@
 //! diesel binds every value, so a condition on the user is `user_id = $n`.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use diesel::pg::Pg;
@@ -29,26 +29,20 @@ const PROTOCOL_3: u32 = 196_608;
 /// A TCP relay in front of PostgreSQL that records the text of every
 /// statement its clients prepare or send.
 struct StatementLog {
-    port: u16,
+    front: crate::net::Front,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl StatementLog {
     fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
-        let port = listener.local_addr().expect("relay address").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
+        let front = crate::net::Front::start(move |client, _| {
+            if let Ok(server) = TcpStream::connect(&upstream) {
                 relay(client, server, Arc::clone(&log));
             }
         });
-        Self { port, seen }
+        Self { front, seen }
     }
 
     /// Every statement recorded since the last call, in order.
@@ -324,7 +318,7 @@ crate::postgres_only! {
     fn every_statement_the_request_path_sends_to_orders_or_the_ledger_names_its_user() {
         let db = TestDb::fresh(orders_api::db::Backend::Postgres);
         let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
-        let relayed = through(&db.url, log.port);
+        let relayed = through(&db.url, log.front.port);
         let app = TestApp::spawn_on(db, |s| {
             s.database_url = relayed;
             s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
