@@ -82,6 +82,7 @@ trap cleanup EXIT
 # did not fail.
 attack() {
   local name=$1 url=$2 log=$work/$1.log status=0 address= token_a token_b
+  DATABASE_URL=$url "$binary" migrate
   token_a=$(DATABASE_URL=$url "$binary" keys create atk-user-a)
   token_b=$(DATABASE_URL=$url "$binary" keys create atk-user-b)
 

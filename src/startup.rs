@@ -10,7 +10,7 @@ pub use sd_notify::NotifyState;
 
 use idempotency_ledger::{Ledger, LedgerError};
 
-use crate::auth::cache::TokenCache;
+use crate::auth::cache::{TokenCache, first_lookups_for_pool};
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::http::{self, AppState};
@@ -89,7 +89,10 @@ impl Application {
         let port = listener.local_addr().map_err(bind_error)?.port();
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            tokens: TokenCache::new(Duration::from_secs(settings.auth_cache_secs)),
+            tokens: TokenCache::new(
+                Duration::from_secs(settings.auth_cache_secs),
+                first_lookups_for_pool(settings.pool_size),
+            ),
             ledger: settings.ledger(pool.clone()),
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             metrics: telemetry::metrics_handle(),

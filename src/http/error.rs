@@ -74,6 +74,12 @@ pub enum ApiError {
     /// the common answer.
     #[error("the service is handling as many writes as it admits at once; retry shortly")]
     Overloaded,
+    /// Refused at the door: this process looked up as many tokens it never
+    /// saw live as it may at once (a quarter of the pool) for as long as the
+    /// request could wait its turn. Counted, not logged: under a flood of
+    /// unknown tokens it is the common answer.
+    #[error("the service is checking as many unfamiliar tokens as it may at once; retry shortly")]
+    TooManyTokenLookups,
     /// The cause is logged, never sent.
     #[error("an internal error occurred")]
     Internal(String),
@@ -135,7 +141,9 @@ impl ApiError {
                 500..=599 => "INTERNAL_ERROR",
                 _ => "BAD_REQUEST",
             },
-            ApiError::Unavailable(_) | ApiError::Overloaded => "SERVICE_UNAVAILABLE",
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                "SERVICE_UNAVAILABLE"
+            }
             ApiError::Internal(_) => "INTERNAL_ERROR",
         }
     }
@@ -155,7 +163,9 @@ impl ApiError {
             ApiError::KeyReused => "Idempotency-Key reused",
             ApiError::InProgress => "Request in progress",
             ApiError::Refused(..) => "Request refused",
-            ApiError::Unavailable(_) | ApiError::Overloaded => "Service unavailable",
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                "Service unavailable"
+            }
             ApiError::Internal(_) => "Internal server error",
         }
     }
@@ -176,7 +186,9 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Refused(status, _) => *status,
-            ApiError::Unavailable(_) | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -189,10 +201,12 @@ impl ApiError {
                 (header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string()),
                 should_retry(),
             ],
-            ApiError::Unavailable(_) | ApiError::Overloaded => vec![
-                (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
-                should_retry(),
-            ],
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                vec![
+                    (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
+                    should_retry(),
+                ]
+            }
             ApiError::Refused(status, _) if *status == StatusCode::SERVICE_UNAVAILABLE => {
                 vec![should_retry()]
             }

@@ -23,6 +23,7 @@ mod helpers;
 mod idempotency;
 mod lease;
 mod multiprocess;
+mod net;
 mod openapi;
 mod operability;
 mod orders;

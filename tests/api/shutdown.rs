@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::both_backends;
 use crate::helpers::*;
-use crate::process::{self, Client, ServerProcess};
+use crate::net::Client;
+use crate::process::{self, ServerProcess};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// Clients sending creates while the server is asked to stop.
@@ -71,32 +72,6 @@ impl SlowCreate {
     }
 }
 
-/// One create. `None` when no answer began (refused, or cut before the
-/// status line); an answer that began must arrive whole, else this panics.
-fn create_or_nothing(
-    agent: &ureq::Agent,
-    url: &str,
-    auth: &str,
-    key: &str,
-    body: &str,
-) -> Option<(u16, String)> {
-    let request = ureq::http::Request::builder()
-        .method("POST")
-        .uri(url)
-        .header("Authorization", auth)
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body(body.as_bytes().to_vec())
-        .unwrap();
-    let mut response = agent.run(request).ok()?;
-    let status = response.status().as_u16();
-    let text = response
-        .body_mut()
-        .read_to_string()
-        .unwrap_or_else(|e| panic!("{key}: the answer {status} was cut: {e}"));
-    Some((status, text))
-}
-
 fn connection_refused(address: &str) -> bool {
     TcpStream::connect(address.trim_start_matches("http://")).is_err()
 }
@@ -115,9 +90,7 @@ both_backends! {
         let answered = Arc::new(AtomicUsize::new(0));
         let clients: Vec<_> = (0..CLIENTS)
             .map(|c| {
-                let agent = process::agent(TIMEOUT);
-                let url = format!("{address}/v1/orders");
-                let auth = format!("Bearer {token}");
+                let client = Client::new(&address, &token, TIMEOUT);
                 let stop = Arc::clone(&stop);
                 let answered = Arc::clone(&answered);
                 std::thread::spawn(move || {
@@ -126,7 +99,9 @@ both_backends! {
                     while !stop.load(Ordering::SeqCst) {
                         let key = format!("load-{c}-{n}");
                         let sent = body(n);
-                        let result = create_or_nothing(&agent, &url, &auth, &key, &sent);
+                        let result = client
+                            .call_whole_or_none("POST", "/v1/orders", Some(&key), Some(&sent))
+                            .map(|r| (r.status, r.body.clone()));
                         if result.is_some() {
                             answered.fetch_add(1, Ordering::SeqCst);
                         }

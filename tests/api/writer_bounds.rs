@@ -303,114 +303,101 @@ fn a_writer_whose_connections_keep_failing_to_open_stops_the_server_with_an_erro
     assert!(why.contains("cannot open a writer connection"), "{why}");
 }
 
-/// PostgreSQL: a unit whose thread never returns (here it waits for the
-/// test; a `COMMIT` waiting for a synchronous standby is another) has its
-/// caller answered `Unavailable` at the lease (1 s) plus `COMMIT_GRACE`,
-/// while it still hangs — the outcome unknown, as a `503` says. Here the
-/// server ended the session idle in its transaction at the lease, so once
-/// the unit returns nothing of it commits.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_postgresql_unit_that_never_returns_has_its_caller_answered_at_the_lease_plus_the_grace() {
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    /// PostgreSQL: a unit whose thread never returns (here it waits for the
+    /// test; a `COMMIT` waiting for a synchronous standby is another) has its
+    /// caller answered `Unavailable` at the lease (1 s) plus `COMMIT_GRACE`,
+    /// while it still hangs — the outcome unknown, as a `503` says. Here the
+    /// server ended the session idle in its transaction at the lease, so once
+    /// the unit returns nothing of it commits.
+    fn a_postgresql_unit_that_never_returns_has_its_caller_answered_at_the_lease_plus_the_grace() {
+        let db = TestDb::fresh(Backend::Postgres);
+        orders_api::db::run_migrations(&db.url).expect("migrations");
+        let lease = Duration::from_secs(1);
+        let pool = orders_api::db::connect(
+            &db.url,
+            &orders_api::db::PoolOptions {
+                max_size: 2,
+                connection_timeout: Duration::from_secs(10),
+                lease,
+                write_queue: 1,
+                shown: "the test database".into(),
+            },
+        )
+        .expect("pool");
+        let (running, on_running) = mpsc::channel();
+        let (release, on_release) = mpsc::channel::<()>();
+
+        let system = actix_web::rt::System::new();
+        let answer = system.block_on(
+            pool.write(move |conn| -> Result<(), diesel::result::Error> {
+                let Conn::Postgres(c) = conn else {
+                    panic!("a PostgreSQL pool")
+                };
+                c.batch_execute(
+                    "INSERT INTO api_keys (user_id, token_hash, token_prefix, created_at) \
+                 VALUES ('ghost', 'hung', 'p', now())",
+                )?;
+                running.send(()).expect("report running");
+                let _ = on_release.recv_timeout(PATIENCE);
+                Ok(())
+            }),
+        );
+        on_running.try_recv().expect("the unit ran");
+        assert!(
+            matches!(&answer, Err(WriteError::Unavailable(why)) if why.contains("outcome is unknown")),
+            "{answer:?}"
+        );
+        // Answered while the unit still hangs; now let it return, and let its
+        // blocking thread end.
+        drop(release);
+        drop(system);
+
+        let mut pooled = pool.get().expect("connection");
+        let Conn::Postgres(c) = pooled.conn() else {
+            panic!("a PostgreSQL pool")
+        };
+        let ghosts: Count = diesel::RunQueryDsl::get_result(
+            diesel::sql_query("SELECT count(*) AS n FROM api_keys WHERE user_id = 'ghost'"),
+            c,
+        )
+        .expect("count");
+        assert_eq!(ghosts.n, 0, "the late unit committed");
     }
-    let db = TestDb::fresh(Backend::Postgres);
-    orders_api::db::run_migrations(&db.url).expect("migrations");
-    let lease = Duration::from_secs(1);
-    let pool = orders_api::db::connect(
-        &db.url,
-        &orders_api::db::PoolOptions {
-            max_size: 2,
-            connection_timeout: Duration::from_secs(10),
-            lease,
-            write_queue: 1,
-            shown: "the test database".into(),
-        },
-    )
-    .expect("pool");
-    let (running, on_running) = mpsc::channel();
-    let (release, on_release) = mpsc::channel::<()>();
-
-    let system = actix_web::rt::System::new();
-    let answer = system.block_on(
-        pool.write(move |conn| -> Result<(), diesel::result::Error> {
-            let Conn::Postgres(c) = conn else {
-                panic!("a PostgreSQL pool")
-            };
-            c.batch_execute(
-                "INSERT INTO api_keys (user_id, token_hash, token_prefix, created_at) \
-             VALUES ('ghost', 'hung', 'p', now())",
-            )?;
-            running.send(()).expect("report running");
-            let _ = on_release.recv_timeout(PATIENCE);
-            Ok(())
-        }),
-    );
-    on_running.try_recv().expect("the unit ran");
-    assert!(
-        matches!(&answer, Err(WriteError::Unavailable(why)) if why.contains("outcome is unknown")),
-        "{answer:?}"
-    );
-    // Answered while the unit still hangs; now let it return, and let its
-    // blocking thread end.
-    drop(release);
-    drop(system);
-
-    let mut pooled = pool.get().expect("connection");
-    let Conn::Postgres(c) = pooled.conn() else {
-        panic!("a PostgreSQL pool")
-    };
-    let ghosts: Count = diesel::RunQueryDsl::get_result(
-        diesel::sql_query("SELECT count(*) AS n FROM api_keys WHERE user_id = 'ghost'"),
-        c,
-    )
-    .expect("count");
-    assert_eq!(ghosts.n, 0, "the late unit committed");
 }
 
-/// On PostgreSQL a create goes as one autocommitted statement; when its
-/// answer does not come back (here: the statement has committed, and its
-/// blocking thread is held before it reports, as a commit waiting for a
-/// synchronous standby or a server that stopped answering would leave it),
-/// the caller is answered `503` with `Retry-After` at the lease plus
-/// `COMMIT_GRACE`, while the thread is still held. The order went through —
-/// the outcome the `503` left unknown — so a retry, still during the hold,
-/// replays it, and one order exists. Before, the caller waited for as long
-/// as the statement's thread did.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_postgresql_create_whose_statement_never_answers_is_answered_503_and_its_retry_replays_the_order()
- {
-    if !postgres_available() {
-        return;
-    }
-    let app = TestApp::spawn_with(Backend::Postgres, |s| s.lease_secs = 1);
-    let body = order_body("Widget", 1, "1");
-    // Fault points are held per key for the whole test process: no other
-    // test uses this one.
-    let key = "never-answered";
-    let hold = fault::hold(Point::AfterOneStatement, key);
+crate::postgres_only! {
+    /// On PostgreSQL a create goes as one autocommitted statement; when its
+    /// answer does not come back (here: the statement has committed, and its
+    /// blocking thread is held before it reports, as a commit waiting for a
+    /// synchronous standby or a server that stopped answering would leave it),
+    /// the caller is answered `503` with `Retry-After` at the lease plus
+    /// `COMMIT_GRACE`, while the thread is still held. The order went through —
+    /// the outcome the `503` left unknown — so a retry, still during the hold,
+    /// replays it, and one order exists. Before, the caller waited for as long
+    /// as the statement's thread did.
+    fn a_postgresql_create_whose_statement_never_answers_is_answered_503_and_its_retry_replays_the_order() {
+        let app = TestApp::spawn_with(Backend::Postgres, |s| s.lease_secs = 1);
+        let body = order_body("Widget", 1, "1");
+        // Fault points are held per key for the whole test process: no other
+        // test uses this one.
+        let key = "never-answered";
+        let hold = fault::hold(Point::AfterOneStatement, key);
 
-    let unanswered = app.post_order(Some(key), &body);
-    assert!(hold.wait_reached(PATIENCE), "the statement ran");
-    // Answered, and the statement's thread is still held.
-    assert_unavailable(&unanswered);
-    let retry = app.post_order(Some(key), &body);
-    assert_eq!(retry.status, 200, "{}", retry.body);
-    assert_eq!(retry.header("Idempotent-Replayed"), Some("true"));
-    let location = retry.header("Location").expect("Location");
-    let found = app.call("GET", location, None, None);
-    assert_eq!(found.status, 200, "{}", found.body);
-    assert_eq!(found.json(), retry.json());
-    hold.release();
-    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+        let unanswered = app.post_order(Some(key), &body);
+        assert!(hold.wait_reached(PATIENCE), "the statement ran");
+        // Answered, and the statement's thread is still held.
+        assert_unavailable(&unanswered);
+        let retry = app.post_order(Some(key), &body);
+        assert_eq!(retry.status, 200, "{}", retry.body);
+        assert_eq!(retry.header("Idempotent-Replayed"), Some("true"));
+        let location = retry.header("Location").expect("Location");
+        let found = app.call("GET", location, None, None);
+        assert_eq!(found.status, 200, "{}", found.body);
+        assert_eq!(found.json(), retry.json());
+        hold.release();
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
 }
 
 #[derive(diesel::QueryableByName)]

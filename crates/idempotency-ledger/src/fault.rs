@@ -22,6 +22,12 @@ pub enum Point {
     /// request took its key in this process (before its read): the key is
     /// held, nothing else is. Key: the idempotency key.
     AfterEnter,
+    /// In [`Ledger::execute`](crate::Ledger::execute), when a request
+    /// begins waiting for another request of this process that holds its
+    /// key: it is counted among the key's waiters and holds nothing else.
+    /// Released, it goes on waiting for the holder as any waiter does.
+    /// Key: the idempotency key.
+    Waiting,
     /// In the SQLite writer, right before a batch's `COMMIT` (its fence
     /// already says committing, its transaction holds the write lock): a
     /// `COMMIT` that does not return, as on a frozen disk. Released, the

@@ -146,6 +146,8 @@ impl InFlight {
                     }
                 }
             };
+            #[cfg(feature = "fault-points")]
+            crate::fault::pass(crate::fault::Point::Waiting, key).await;
             // Resolves (with an error) when the holder's sender is dropped.
             let ended = tokio::time::timeout_at(deadline.min(lease_end), over.changed()).await;
             if ended.is_err() && Instant::now() >= deadline {

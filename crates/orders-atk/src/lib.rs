@@ -208,6 +208,10 @@ pub struct CheckReport {
     /// Where a blocked attack was answered otherwise than this contract.
     pub deviations: Vec<String>,
     pub notes: Vec<String>,
+    /// Every request of the check (its control's included) that got no
+    /// whole answer, with why. The verdict never drops the target's state
+    /// for them; a check that could not be judged without one says which.
+    pub unanswered: Vec<String>,
     /// The control's requests and answers (a valid create with a fresh key).
     pub control: Vec<Exchange>,
     /// The attack's requests and answers.
@@ -248,6 +252,7 @@ impl Attack {
             verdict: Verdict::Blocked,
             deviations: Vec::new(),
             notes: Vec::new(),
+            unanswered: Vec::new(),
             control: Vec::new(),
             exchanges: Vec::new(),
             orders: Vec::new(),
@@ -292,6 +297,7 @@ impl Attack {
         report.orders = orders.into_iter().collect();
         report.deviations = probe.deviations;
         report.notes = probe.notes;
+        report.unanswered = probe.unanswered;
         report.control = probe.control;
         report.exchanges = probe.exchanges;
         report.millis = started.elapsed().as_millis();

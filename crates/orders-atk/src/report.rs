@@ -1,8 +1,9 @@
 //! A run's report as text (for people), JSON (everything) or JUnit XML
-//! (for CI). Each carries every check's verdict, its reasons and its
-//! deviations; the text's last line counts them. A checked history (from
-//! `history` or `chaos`) is reported the same three ways: one test case per
-//! rule, each violation with its counterexample.
+//! (for CI). Each carries every check's verdict, its reasons, its
+//! deviations and the requests that got no answer; the text's last line
+//! counts the verdicts. A checked history (from `history` or `chaos`) is
+//! reported the same three ways: one test case per rule, each violation
+//! with its counterexample.
 
 use std::fmt::Write;
 use std::io::Write as _;
@@ -120,13 +121,26 @@ fn text(report: &RunReport) -> String {
     if report.deviations > 0 && !report.strict {
         let _ = writeln!(out, "deviations do not fail the run without --strict");
     }
+    let unanswered = unanswered(report);
+    if unanswered > 0 {
+        let _ = writeln!(
+            out,
+            "{unanswered} request(s) got no answer: each is listed under its check"
+        );
+    }
     let _ = writeln!(out, "{}", report.summary());
     out
 }
 
+/// Requests of the whole run that got no answer.
+fn unanswered(report: &RunReport) -> usize {
+    report.checks.iter().map(|c| c.unanswered.len()).sum()
+}
+
 /// What a check saw, one line per fact, each starting with `indent`: for a
-/// skip its reason; for a blocked attack its deviations, the requests and
-/// statuses; otherwise the reasons, the expectation and every exchange with
+/// skip its reason; for a blocked attack its deviations, the requests that
+/// got no answer, the requests and statuses; otherwise the reasons, the
+/// expectation, the requests without an answer and every exchange with
 /// headers and bodies.
 pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
     let mut out = String::new();
@@ -151,6 +165,9 @@ pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
     }
     for note in &check.notes {
         let _ = writeln!(out, "{indent}{note}");
+    }
+    for request in &check.unanswered {
+        let _ = writeln!(out, "{indent}no answer: {request}");
     }
     let full = !check.blocked();
     for exchange in &check.control {
@@ -228,12 +245,13 @@ fn junit(report: &RunReport) -> String {
         r#"  <testsuite name="orders-api atk" errors="0" {counts}>"#
     );
     let _ = writeln!(out, "    <properties>");
-    let (blocked, exposed, not_run, skipped, deviations) = (
+    let (blocked, exposed, not_run, skipped, deviations, unanswered) = (
         report.blocked.to_string(),
         report.exposed.to_string(),
         report.not_run.to_string(),
         report.skipped.to_string(),
         report.deviations.to_string(),
+        unanswered(report).to_string(),
     );
     for (name, value) in [
         ("server", report.server.as_str()),
@@ -245,6 +263,7 @@ fn junit(report: &RunReport) -> String {
         ("not_run", not_run.as_str()),
         ("skipped", skipped.as_str()),
         ("deviations", deviations.as_str()),
+        ("unanswered", unanswered.as_str()),
     ] {
         let _ = writeln!(
             out,

@@ -2,5 +2,6 @@
 //! uses the one it needs.
 #![allow(dead_code)]
 
+pub mod front;
 pub mod orders_double;
 pub mod seed;

@@ -9,15 +9,14 @@
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use orders_atk::history::canonical;
 use orders_atk::wire::Message;
 use serde_json::{Value, json};
+
+use super::front::Front;
 
 /// What the double gets wrong, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +30,7 @@ pub enum Mode {
 
 pub struct OrdersDouble {
     pub address: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _front: Front,
 }
 
 struct Recorded {
@@ -50,49 +48,21 @@ struct State {
 
 impl OrdersDouble {
     pub fn start(mode: Mode) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the double");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let address = format!("http://{}", listener.local_addr().expect("address"));
         let state = Arc::new(Mutex::new(State {
             mode,
             orders: Vec::new(),
             ledger: HashMap::new(),
             next: 1,
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let state = Arc::clone(&state);
-                            std::thread::spawn(move || serve(client, &state));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            })
-        };
+        let front = Front::start(move |client| serve(client, &state));
         Self {
-            address,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for OrdersDouble {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            address: front.address.clone(),
+            _front: front,
         }
     }
 }
 
 fn serve(client: TcpStream, state: &Mutex<State>) {
-    client.set_nonblocking(false).expect("blocking");
     let mut reader = BufReader::new(client.try_clone().expect("clone"));
     let Some(request) = Message::read(&mut reader) else {
         return;
