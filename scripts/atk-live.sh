@@ -2,8 +2,11 @@
 # The attack suite as a user runs it: `orders-api atk` against a live
 # `orders-api serve`, on SQLite and on PostgreSQL, with two users' tokens and
 # --strict (every attack BLOCKED, no deviation from the contract), and once
-# without a token (nothing can be judged: it must exit non-zero). Keeps one
-# JUnit file per backend and prints where.
+# without a token (nothing can be judged: it must exit non-zero); then
+# `orders-api atk chaos` for 40 s, the server killed (kill -9) and started
+# again on the same port and database every 15 s: its history must be
+# consistent (and `atk history` must find the written file so too). Keeps the
+# JUnit files and the histories per backend and prints where.
 #
 # Settings (environment):
 #   TEST_DATABASE_URL  an admin URL of a PostgreSQL server whose user may create
@@ -20,7 +23,7 @@ binary=$target/debug/orders-api
 reports=${ATK_REPORT_DIR:-$target/atk}
 mkdir -p "$reports"
 reports=$(cd "$reports" && pwd)
-rm -f "$reports"/atk-*.xml
+rm -f "$reports"/atk-*.xml "$reports"/chaos-*.xml "$reports"/chaos-*.jsonl
 
 if [ -z "${TEST_DATABASE_URL:-}" ] && [ -n "${CI:-}" ] && [ "${CI:-}" != false ]; then
   echo "CI is set but TEST_DATABASE_URL is not: atk must run on PostgreSQL in CI" >&2
@@ -36,9 +39,33 @@ pg_database=
 stop_server() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
+    # A server started by a restart is not this shell's child: poll (10 s at most).
+    for _ in $(seq 1 100); do
+      case $(ps -o stat= -p "$server_pid" 2>/dev/null) in '' | Z*) break ;; esac
+      sleep 0.1
+    done
     wait "$server_pid" 2>/dev/null || true
   fi
   server_pid=
+}
+
+# write_restart NAME URL LOG: writes $work/restart-NAME.sh, which kills the
+# server whose pid is in $work/NAME.pid with SIGKILL, waits until it is gone
+# (5 s at most), and starts it again on the same address and database, its
+# pid in that file.
+write_restart() {
+  local name=$1 url=$2 log=$3
+  cat >"$work/restart-$name.sh" <<RESTART
+#!/bin/sh
+old=\$(cat '$work/$name.pid')
+kill -9 "\$old" 2>/dev/null
+for _ in \$(seq 1 50); do
+  case \$(ps -o stat= -p "\$old" 2>/dev/null) in '' | Z*) break ;; esac
+  sleep 0.1
+done
+DATABASE_URL='$url' nohup '$binary' serve --bind '${address#http://}' >>'$log' 2>&1 </dev/null &
+echo \$! >'$work/$name.pid'
+RESTART
 }
 cleanup() {
   stop_server
@@ -55,6 +82,7 @@ trap cleanup EXIT
 # did not fail.
 attack() {
   local name=$1 url=$2 log=$work/$1.log status=0 address= token_a token_b
+  DATABASE_URL=$url "$binary" migrate
   token_a=$(DATABASE_URL=$url "$binary" keys create atk-user-a)
   token_b=$(DATABASE_URL=$url "$binary" keys create atk-user-b)
 
@@ -76,6 +104,19 @@ attack() {
   else
     tail -n 1 "$no_token.out"
   fi
+
+  # Retrying clients through the runner's own fault-injecting proxy, the
+  # server killed and restarted between rounds: a consistent history.
+  echo "== orders-api atk chaos against $address ($name): 40 s, kill -9 and restart every 15 s"
+  echo "$server_pid" >"$work/$name.pid"
+  write_restart "$name" "$url" "$log"
+  ORDERS_API_TOKEN=$token_a ORDERS_API_TOKEN_B=$token_b \
+    "$binary" atk chaos --server "$address" --duration 40 --clients 8 \
+    --restart-cmd "sh $work/restart-$name.sh" --restart-every 15 \
+    --history "$reports/chaos-$name.jsonl" --format junit --out "$reports/chaos-$name.xml" || status=$?
+  server_pid=$(cat "$work/$name.pid")
+  echo "== orders-api atk history $reports/chaos-$name.jsonl"
+  "$binary" atk history "$reports/chaos-$name.jsonl" | tail -n 1 || status=1
 
   if grep -qF -e "$token_a" -e "$token_b" "$log"; then
     echo "the server log contains a bearer token ($name)" >&2
@@ -101,5 +142,6 @@ if [ -n "${TEST_DATABASE_URL:-}" ]; then
   attack postgres "${admin%/*}/$pg_database$query" || failed=1
 fi
 
-echo "== atk JUnit reports: $(ls "$reports"/atk-*.xml | tr '\n' ' ')"
+echo "== atk JUnit reports: $(ls "$reports"/atk-*.xml "$reports"/chaos-*.xml | tr '\n' ' ')"
+echo "== chaos histories: $(ls "$reports"/chaos-*.jsonl | tr '\n' ' ')"
 exit "$failed"

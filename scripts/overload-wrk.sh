@@ -47,6 +47,7 @@ cleanup() {
 trap cleanup EXIT
 
 export DATABASE_URL=sqlite://$work/orders.db
+"$binary" migrate
 token=$("$binary" keys create overload)
 serve_on_free_port "$binary" "$work/server.log"
 

@@ -53,6 +53,7 @@ cleanup() { stop_server; rm -rf "$work"; }
 trap cleanup EXIT
 
 export DATABASE_URL="sqlite://$work/orders.db"
+"$binary" migrate
 token=$("$binary" keys create schemathesis)
 
 serve_on_free_port "$binary" "$work/server.log" || exit 1

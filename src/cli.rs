@@ -12,13 +12,25 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DEFAULT_DATABASE_URL, DEFAULT_DB_TIMEOUT_SECS, DEFAULT_LEASE_SECS, Settings};
+use crate::config::{
+    DEFAULT_DATABASE_URL, DEFAULT_DB_TIMEOUT_SECS, DEFAULT_LEASE_SECS, DatabaseUrlParser, Settings,
+};
 use crate::db::{DatabaseUrl, PoolOptions};
+
+/// What `orders-api --version` prints after the name: the version and the
+/// commit the binary was built from (`unknown` outside a git checkout; see
+/// `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ORDERS_API_COMMIT"),
+    ")"
+);
 
 #[derive(Debug, Parser)]
 #[command(
     name = "orders-api",
-    version,
+    version = VERSION,
     about = "An orders REST API in which every mutation is safe to retry",
     long_about = "An orders REST API in which every mutation is safe to retry.\n\n\
                   Without a command it serves, exactly as `orders-api serve`: the server's \
@@ -36,17 +48,21 @@ pub struct Cli {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
-    /// Apply pending migrations, then serve HTTP until SIGINT/SIGTERM (the default).
+    /// Apply pending migrations (creating the database when it does not exist), then serve HTTP
+    /// until SIGINT/SIGTERM (the default).
     Serve(Settings),
-    /// Apply pending migrations and exit.
+    /// Apply pending migrations and exit, creating the database when it does not exist.
     Migrate(DatabaseArgs),
-    /// Manage API keys.
+    /// Manage API keys, in a database that exists (`orders-api migrate` creates it).
     Keys(KeysArgs),
-    /// Delete expired idempotency-ledger entries once and print how many.
+    /// Delete expired idempotency-ledger entries once and print how many (the database must
+    /// exist).
     Purge(DatabaseArgs),
     /// The offline-first client: queue operations, send them with stored keys.
     Client(orders_client::command::ClientArgs),
-    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report pass/fail/skip.
+    /// Run the attack scenarios (ATK-01 … ATK-12 and more) against a live server and report
+    /// pass/fail/skip; `atk chaos` drives retrying clients through a fault-injecting proxy and
+    /// checks their history, `atk history FILE` checks a recorded one.
     Atk(orders_atk::AtkArgs),
 }
 
@@ -82,7 +98,7 @@ impl Command {
 pub struct DatabaseArgs {
     /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true,
-          value_parser = DatabaseUrl::parse)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub database_url: DatabaseUrl,
 }
 
@@ -110,16 +126,19 @@ pub struct KeysArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum KeysCommand {
-    /// Create an API key for USER_ID; prints only the token.
+    /// Create an API key for USER_ID; prints only the token. Refuses a database that does not
+    /// exist (`orders-api migrate` creates it).
     Create {
         /// The user the key acts for: 1 to 100 printable ASCII characters,
         /// without leading or trailing spaces.
         #[arg(value_name = "USER_ID")]
         user_id: String,
     },
-    /// List keys: id, user, token prefix, created, revoked (never the token).
+    /// List keys: id, user, token prefix, created, revoked (never the token). Only reads: opens
+    /// the database read-only, and refuses one that does not exist or is not migrated.
     List,
     /// Revoke a key, given its id or its prefix as `keys list` shows them, or its whole token.
+    /// Refuses a database that does not exist.
     Revoke {
         /// The key's id (`7`), its prefix (`oa_1a2b3c4d`, as `keys list` shows it) or its
         /// whole token.

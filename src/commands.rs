@@ -16,6 +16,8 @@ pub enum CliError {
     #[error(transparent)]
     Bind(#[from] startup::BindError),
     #[error(transparent)]
+    Serve(#[from] startup::ServeError),
+    #[error(transparent)]
     Keys(#[from] auth::KeyAdminError),
     #[error("database error: {}", db::one_line(.0))]
     Database(String),
@@ -36,6 +38,17 @@ pub enum CliError {
     Client(#[from] orders_client::command::ClientError),
     #[error(transparent)]
     Atk(#[from] orders_atk::AtkError),
+}
+
+impl CliError {
+    /// The exit status it calls for: `atk history`'s `2` for a history that
+    /// cannot be checked, `1` otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Atk(e) => e.exit_code(),
+            _ => 1,
+        }
+    }
 }
 
 fn database_error(e: impl std::fmt::Display) -> CliError {
@@ -61,6 +74,9 @@ pub fn execute(command: Command, out: &mut dyn Write) -> Result<(), CliError> {
         }
         Command::Keys(keys_args) => keys(keys_args, out),
         Command::Purge(database) => {
+            database
+                .database_url
+                .require_existing("`orders-api purge`")?;
             let pool = db::connect(&database.database_url, &database.one_connection())?;
             let purged = startup::purge_all(&pool).map_err(database_error)?;
             writeln!(out, "{purged}")?;
@@ -94,6 +110,14 @@ fn serve(settings: &Settings) -> Result<(), CliError> {
                 local_addr(&settings.bind, app.port())
             );
         }
+        let listening = format!(
+            "listening on http://{}",
+            local_addr(&settings.bind, app.port())
+        );
+        startup::notify_supervisor(&[
+            startup::NotifyState::Ready,
+            startup::NotifyState::Status(&listening),
+        ]);
         app.run_until_stopped().await?;
         tracing::info!("stopped");
         Ok(())
@@ -126,9 +150,18 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
         KeysCommand::List => None,
         KeysCommand::Revoke { token_or_id } => Some(KeyRef::parse(token_or_id)?),
     };
-    if let KeysCommand::List = args.command {
-        return list_command(&args.database, out);
-    }
+    let command = match &args.command {
+        KeysCommand::List => {
+            let keys = args
+                .database
+                .database_url
+                .read_only("`orders-api keys list`", auth::list)?;
+            return Ok(list_keys(&keys, out)?);
+        }
+        KeysCommand::Create { .. } => "`orders-api keys create`",
+        KeysCommand::Revoke { .. } => "`orders-api keys revoke`",
+    };
+    args.database.database_url.require_existing(command)?;
     let pool = open(&args.database)?;
     let mut pooled = pool.get().map_err(database_error)?;
     let mut conn = pooled.conn();
@@ -137,7 +170,7 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
             let token = auth::create(&mut conn, &user_id)?;
             writeln!(out, "{token}")?;
         }
-        // Answered by list_command, which opens the database read-only.
+        // Answered above, on a read-only connection.
         (KeysCommand::List, _) => {}
         (KeysCommand::Revoke { .. }, Some(key)) => {
             match auth::revoke(&mut conn, &key).map_err(database_error)? {
@@ -158,44 +191,8 @@ fn keys(args: KeysArgs, out: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `keys list` only reads. A SQLite database SQLite cannot read in place —
-/// a WAL database copied into a read-only folder, where its `-wal` and
-/// `-shm` files cannot be created — is read as `immutable`, which needs
-/// neither: nothing can be writing to a folder nobody may write in.
-fn list_command(database: &DatabaseArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let url = &database.database_url;
-    let keys = match open(database) {
-        Ok(pool) => {
-            let mut pooled = pool.get().map_err(database_error)?;
-            auth::list(&mut pooled.conn()).map_err(database_error)?
-        }
-        Err(CliError::Setup(db::SetupError::Read { .. }))
-            if url.backend() == db::Backend::Sqlite && !url.as_str().starts_with("file:") =>
-        {
-            use diesel::Connection;
-            let uri = format!("file:{}?immutable=1", uri_path(url.as_str()));
-            let mut conn = diesel::SqliteConnection::establish(&uri).map_err(database_error)?;
-            auth::list(&mut db::Conn::Sqlite(&mut conn)).map_err(database_error)?
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(list_keys(&keys, out)?)
-}
-
-/// A file path as the path of an SQLite URI filename: `%`, `?` and `#`
-/// (and every byte outside printable ASCII) percent-encoded.
-fn uri_path(path: &str) -> String {
-    path.bytes()
-        .map(|b| match b {
-            b'%' | b'?' | b'#' => format!("%{b:02X}"),
-            0x21..=0x7e => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Applies pending migrations (nothing is written when none is pending) and
-/// opens one connection.
+/// Applies pending migrations to a database that exists (nothing is written
+/// when none is pending) and opens one connection.
 fn open(database: &DatabaseArgs) -> Result<Pool, CliError> {
     db::run_migrations(&database.database_url)?;
     Ok(db::connect(
@@ -267,6 +264,8 @@ mod tests {
             uuid::Uuid::new_v4().simple()
         ));
         let db = path.display().to_string();
+        // An existing database, so that valid arguments reach it.
+        db::run_migrations(&DatabaseUrl::parse(&db).unwrap()).unwrap();
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(200));
         let result = runner.run(&argument(), |arg| {
             assert_one_line(outcome(&[

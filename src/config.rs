@@ -20,9 +20,10 @@ pub const DEFAULT_WAIT_SECS: u64 = 5;
 /// The server's settings (`serve`, and the bare `orders-api`).
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
-    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
+    /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB;
+    /// created when it does not exist.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL,
-          value_parser = DatabaseUrl::parse)]
+          value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub database_url: DatabaseUrl,
 
     /// Address to listen on (port 0 picks a free port).
@@ -71,9 +72,10 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=60))]
     pub db_timeout_secs: u64,
 
-    /// How long a process keeps accepting a token the database accepted, in
-    /// seconds: a revoked key stops working within this time (0: look every
-    /// token up on every request).
+    /// How long a process keeps what the database said about a token
+    /// (accepted, or unknown), in seconds: a revoked key stops working
+    /// within this time after the revocation (0: look every token up on
+    /// every request).
     #[arg(long = "auth-cache-secs", env = "AUTH_CACHE_SECS", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(0..=60))]
     pub auth_cache_secs: u64,
@@ -94,6 +96,36 @@ pub struct Settings {
     /// HTTP worker threads (default: one per CPU core).
     #[arg(long = "workers", env = "HTTP_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: Option<u16>,
+}
+
+/// Reads `--database-url` / `DATABASE_URL` with [`DatabaseUrl::parse`].
+/// A refusal says why without repeating the value, which may hold a
+/// password (clap's own "invalid value '…'" would print it); `--help`
+/// never shows the environment's value either (`hide_env_values`).
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseUrlParser;
+
+impl clap::builder::TypedValueParser for DatabaseUrlParser {
+    type Value = DatabaseUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<DatabaseUrl, clap::Error> {
+        let refuse = |why: &str| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for '--database-url' (DATABASE_URL): {why}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let raw = value
+            .to_str()
+            .ok_or_else(|| refuse("it is not valid UTF-8"))?;
+        DatabaseUrl::parse(raw).map_err(|why| refuse(&why))
+    }
 }
 
 /// An origin as browsers send it: `scheme://host[:port]`, or `*`.

@@ -6,10 +6,11 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
+pub use sd_notify::NotifyState;
 
 use idempotency_ledger::{Ledger, LedgerError};
 
-use crate::auth::cache::TokenCache;
+use crate::auth::cache::{TokenCache, first_lookups_for_pool};
 use crate::config::Settings;
 use crate::db::Pool;
 use crate::http::{self, AppState};
@@ -27,8 +28,9 @@ pub const PURGE_BATCH: i64 = 1_000;
 const PURGE_MAX_BATCHES_PER_ROUND: usize = 1_000;
 /// The pause between two purge batches, so live writers get the lock.
 const PURGE_PAUSE: Duration = Duration::from_millis(5);
-/// How long in-flight requests may run after SIGTERM.
-const SHUTDOWN_GRACE: u64 = 30;
+/// How long in-flight requests may run after SIGTERM. The packaged systemd
+/// unit's `TimeoutStopSec` leaves room for it.
+pub const SHUTDOWN_GRACE: u64 = 30;
 /// How often histogram samples are folded into their buckets, so that they
 /// do not pile up in memory between two scrapes of `/metrics`.
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
@@ -58,6 +60,17 @@ pub struct BindError {
     cause: std::io::Error,
 }
 
+/// Why a running server stopped by itself.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The database cannot be written and the process cannot recover by
+    /// itself: it exits so that its supervisor restarts it.
+    #[error("{0}; exiting so that a supervisor restarts the service")]
+    CannotWrite(String),
+}
+
 /// A bound, not yet running, server.
 pub struct Application {
     port: u16,
@@ -76,7 +89,10 @@ impl Application {
         let port = listener.local_addr().map_err(bind_error)?.port();
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            tokens: TokenCache::new(Duration::from_secs(settings.auth_cache_secs)),
+            tokens: TokenCache::new(
+                Duration::from_secs(settings.auth_cache_secs),
+                first_lookups_for_pool(settings.pool_size),
+            ),
             ledger: settings.ledger(pool.clone()),
             max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
             metrics: telemetry::metrics_handle(),
@@ -129,14 +145,33 @@ impl Application {
     }
 
     /// Serves until the server is stopped (SIGINT/SIGTERM or the handle),
-    /// purging expired ledger entries in the background meanwhile.
-    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+    /// purging expired ledger entries in the background meanwhile — or
+    /// until the SQLite writer gives up (writing has been impossible for the
+    /// lease plus its commit grace): then the server stops (in-flight
+    /// requests finish, each within its own bound) and this returns
+    /// [`ServeError::CannotWrite`], so that the process exits non-zero and
+    /// its supervisor restarts it.
+    pub async fn run_until_stopped(self) -> Result<(), ServeError> {
+        use futures_util::future::{Either, join, select};
+
         let every = self.purge_interval.min(telemetry::LEDGER_COUNT_INTERVAL);
         let gauge = actix_web::rt::spawn(telemetry::count_ledger_rows(self.pool.clone(), every));
-        let purge = actix_web::rt::spawn(purge_periodically(self.pool, self.purge_interval));
-        let signals = actix_web::rt::spawn(stop_on_signal(self.server.handle()));
+        let purge =
+            actix_web::rt::spawn(purge_periodically(self.pool.clone(), self.purge_interval));
+        let handle = self.server.handle();
+        let signals = actix_web::rt::spawn(stop_on_signal(handle.clone()));
         let upkeep = actix_web::rt::spawn(metrics_upkeep(METRICS_UPKEEP));
-        let result = self.server.await;
+        let pool = self.pool;
+        let gave_up = Box::pin(pool.writer_gave_up());
+        let result = match select(self.server, gave_up).await {
+            Either::Left((served, _)) => served.map_err(ServeError::Io),
+            Either::Right((why, server)) => {
+                // The server future runs the stop it is asked for.
+                let (_, served) = join(handle.stop(true), server).await;
+                served?;
+                Err(ServeError::CannotWrite(why))
+            }
+        };
         upkeep.abort();
         signals.abort();
         purge.abort();
@@ -177,11 +212,27 @@ async fn stop_on_signal(server: ServerHandle) {
         grace_secs = SHUTDOWN_GRACE,
         "shutting down: finishing in-flight requests"
     );
+    notify_supervisor(&[
+        NotifyState::Stopping,
+        NotifyState::Status("finishing in-flight requests"),
+    ]);
     let graceful = actix_web::rt::spawn(server.stop(true));
     let _ = select(Box::pin(term.recv()), Box::pin(int.recv())).await;
     tracing::warn!("second signal: stopping now");
     graceful.abort();
     server.stop(false).await;
+}
+
+/// Tells the service manager how the service is doing, when it asked to be
+/// told: a systemd unit of `Type=notify` sets `NOTIFY_SOCKET`, and learns
+/// from `READY=1` that the port is open (so units ordered after this one
+/// start only then, and a failed start is a failed `systemctl start`), and
+/// from `STOPPING=1` that a graceful stop began. Without the variable,
+/// nothing is sent.
+pub fn notify_supervisor(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
 }
 
 async fn purge_periodically(pool: Pool, every: Duration) {

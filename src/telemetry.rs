@@ -176,14 +176,16 @@ fn rounded_millis(elapsed: std::time::Duration) -> f64 {
 
 /// The outermost middleware: one span per request with its id, user and
 /// idempotency outcome; one log line when it ends; request metrics; the
-/// request id echoed in `X-Request-Id`. Never logs a token or a body.
+/// request id echoed in `X-Request-Id`, and named as the `instance` of
+/// every problem answered ([`crate::http::error::name_occurrence`]). Never
+/// logs a token or a body.
 ///
 /// Every metric label comes from a fixed set, whatever a client sends: the
 /// method from [`METHOD_LABELS`], the route from the registered patterns (or
 /// `unmatched`), the status from the codes a response can have.
 pub async fn observe(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
+    next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let request_id = client_request_id(&req).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -218,7 +220,7 @@ pub async fn observe(
             "request"
         )
     });
-    let mut res = result?;
+    let mut res = crate::http::error::name_occurrence(result?, &request_id).await;
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         res.headers_mut()
             .insert(HeaderName::from_static(REQUEST_ID_HEADER), value);

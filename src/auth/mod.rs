@@ -2,6 +2,8 @@
 //! token is stored; the token itself is shown once, when it is created.
 
 pub mod cache;
+#[cfg(feature = "test-hooks")]
+pub mod hooks;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel::prelude::*;

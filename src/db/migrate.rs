@@ -1,10 +1,15 @@
 //! The schema: migrations embedded in the binary, applied at start (and by
-//! `orders-api migrate`), and creating the PostgreSQL database first when it
-//! is missing and the role may.
+//! `orders-api migrate`), and creating the database first when it is
+//! missing (a SQLite file; a PostgreSQL database, when the role may). The
+//! commands that must not create it ask [`DatabaseUrl::require_existing`]
+//! first, and the one that only reads (`keys list`) opens it with
+//! [`DatabaseUrl::read_only`].
 //!
 //! Whether anything is pending is read without writing, so a command on a
 //! read-only database (or a hot standby) works as long as the schema is
 //! current; only a pending migration needs write access.
+
+use std::path::PathBuf;
 
 use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationSource;
@@ -37,7 +42,7 @@ const APPLIED_TABLE: &str = "__diesel_schema_migrations";
 pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
     let migrate_error = |e: &dyn std::fmt::Display| SetupError::Migrate {
         target: url.to_string(),
-        cause: one_line(&e.to_string()),
+        cause: url.scrub(&one_line(&e.to_string())),
     };
     match url.backend() {
         Backend::Sqlite => {
@@ -59,7 +64,7 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
                              writable folder to create them in",
                             url.as_str()
                         ),
-                        false => one_line(&cause),
+                        false => url.scrub(&one_line(&cause)),
                     },
                 }
             })?;
@@ -80,7 +85,7 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             let pending =
                 pending(&mut Conn::Postgres(&mut conn)).map_err(|e| SetupError::Read {
                     target: url.to_string(),
-                    cause: one_line(&e.to_string()),
+                    cause: url.scrub(&one_line(&e.to_string())),
                 })?;
             if pending == 0 {
                 return Ok(0);
@@ -95,6 +100,156 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             applied
         }
     }
+}
+
+impl DatabaseUrl {
+    /// Refuses a database that does not exist, creating nothing: a SQLite
+    /// file that is not there, a PostgreSQL database the server does not
+    /// have. `command` names the command that refuses it.
+    pub fn require_existing(&self, command: &'static str) -> Result<(), SetupError> {
+        let missing = || SetupError::Missing {
+            target: self.to_string(),
+            command,
+        };
+        match self.backend() {
+            Backend::Sqlite => match sqlite_file(self.as_str()).exists() {
+                true => Ok(()),
+                false => Err(missing()),
+            },
+            Backend::Postgres => establish_existing_pg(self, command).map(drop),
+        }
+    }
+
+    /// Runs `read` on one read-only connection to this database, which must
+    /// exist and have every migration applied: nothing is created, migrated
+    /// or written. SQLite opens the file with `mode=ro` (a WAL database in
+    /// a folder nobody may write in, where its `-wal` and `-shm` files
+    /// cannot be created, is read as `immutable`: nothing can be writing
+    /// there); PostgreSQL reads in a `READ ONLY` transaction.
+    pub fn read_only<T>(
+        &self,
+        command: &'static str,
+        read: impl FnOnce(&mut Conn<'_>) -> QueryResult<T>,
+    ) -> Result<T, SetupError> {
+        let read_error = |e: DieselError| SetupError::Read {
+            target: self.to_string(),
+            cause: self.scrub(&one_line(&e.to_string())),
+        };
+        let not_migrated = |pending| SetupError::NotMigrated {
+            target: self.to_string(),
+            pending,
+            command,
+        };
+        match self.backend() {
+            Backend::Sqlite => {
+                self.require_existing(command)?;
+                let mut conn = self.sqlite_read_only(false)?;
+                let pending = match pending(&mut Conn::Sqlite(&mut conn)) {
+                    Err(_) if !self.as_str().starts_with("file:") => {
+                        conn = self.sqlite_read_only(true)?;
+                        pending(&mut Conn::Sqlite(&mut conn))
+                    }
+                    other => other,
+                }
+                .map_err(read_error)?;
+                if pending > 0 {
+                    return Err(not_migrated(pending));
+                }
+                read(&mut Conn::Sqlite(&mut conn)).map_err(read_error)
+            }
+            Backend::Postgres => {
+                let mut conn = establish_existing_pg(self, command)?;
+                conn.build_transaction()
+                    .read_only()
+                    .run(|c| {
+                        let pending = pending(&mut Conn::Postgres(c))?;
+                        if pending > 0 {
+                            return Ok(Err(pending));
+                        }
+                        read(&mut Conn::Postgres(c)).map(Ok)
+                    })
+                    .map_err(read_error)?
+                    .map_err(not_migrated)
+            }
+        }
+    }
+
+    /// A read-only connection to this SQLite database: `mode=ro`, or
+    /// `immutable=1` when `immutable`. A URI filename the user gave keeps
+    /// its own parameters (and gets `mode=ro` unless it names a mode).
+    fn sqlite_read_only(&self, immutable: bool) -> Result<SqliteConnection, SetupError> {
+        let target = self.as_str();
+        let uri = if target.starts_with("file:") {
+            match (target.contains("mode="), target.contains('?')) {
+                (true, _) => target.to_owned(),
+                (false, true) => format!("{target}&mode=ro"),
+                (false, false) => format!("{target}?mode=ro"),
+            }
+        } else if immutable {
+            format!("file:{}?immutable=1", uri_path(target))
+        } else {
+            format!("file:{}?mode=ro", uri_path(target))
+        };
+        let mut conn =
+            SqliteConnection::establish(&uri).map_err(|e| SetupError::connect(self, &e))?;
+        conn.batch_execute(&format!(
+            "PRAGMA busy_timeout = {};",
+            SQLITE_BUSY_TIMEOUT.as_millis()
+        ))
+        .map_err(|e| SetupError::Read {
+            target: self.to_string(),
+            cause: one_line(&e.to_string()),
+        })?;
+        Ok(conn)
+    }
+}
+
+/// The file a SQLite target names: a path as it is, or the path of a URI
+/// filename (`file:PATH?…`, `file:///PATH`, `file://localhost/PATH`),
+/// percent-decoded.
+fn sqlite_file(target: &str) -> PathBuf {
+    let Some(uri) = target.strip_prefix("file:") else {
+        return PathBuf::from(target);
+    };
+    let path = uri.split(['?', '#']).next().unwrap_or_default();
+    let path = match path.strip_prefix("//") {
+        Some(authority_and_path) => authority_and_path
+            .find('/')
+            .map_or("", |slash| &authority_and_path[slash..]),
+        None => path,
+    };
+    PathBuf::from(
+        percent_encoding::percent_decode_str(path)
+            .decode_utf8_lossy()
+            .into_owned(),
+    )
+}
+
+/// A file path as the path of an SQLite URI filename: `%`, `?` and `#`
+/// (and every byte outside printable ASCII) percent-encoded.
+fn uri_path(path: &str) -> String {
+    path.bytes()
+        .map(|b| match b {
+            b'%' | b'?' | b'#' => format!("%{b:02X}"),
+            0x21..=0x7e => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Connects to a PostgreSQL database that must exist: one the server does
+/// not have is [`SetupError::Missing`], never created.
+fn establish_existing_pg(
+    url: &DatabaseUrl,
+    command: &'static str,
+) -> Result<PgConnection, SetupError> {
+    PgConnection::establish(url.as_str()).map_err(|e| match url.database() {
+        Some(name) if missing_database(url, name) => SetupError::Missing {
+            target: url.to_string(),
+            command,
+        },
+        _ => SetupError::connect(url, &e),
+    })
 }
 
 diesel::define_sql_function! {
@@ -253,7 +408,7 @@ fn create_pg_database(url: &DatabaseUrl, name: &str) -> Result<(), SetupError> {
             Err(e) => {
                 last = format!(
                     "cannot connect to {admin_url} to create it: {}",
-                    one_line(&e.to_string())
+                    url.scrub(&one_line(&e.to_string()))
                 );
                 continue;
             }
@@ -269,9 +424,9 @@ fn create_pg_database(url: &DatabaseUrl, name: &str) -> Result<(), SetupError> {
             Err(e) if e.to_string().contains("permission denied") => Err(refused(format!(
                 "the role may not create databases ({}): create it (`createdb {name}`) or \
                  grant the role CREATEDB",
-                one_line(&e.to_string())
+                url.scrub(&one_line(&e.to_string()))
             ))),
-            Err(e) => Err(refused(one_line(&e.to_string()))),
+            Err(e) => Err(refused(url.scrub(&one_line(&e.to_string())))),
         };
     }
     Err(refused(last))

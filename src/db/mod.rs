@@ -32,16 +32,17 @@ pub use crate::dispatch;
 
 /// Opens the pool `url` names: one connection first, so that a bad URL or
 /// an unreachable server is reported with the driver's own words (and, for
-/// SQLite, what is wrong with the location), never with a password.
+/// SQLite, what is wrong with the location), never with a password: every
+/// driver message is scrubbed of it ([`DatabaseUrl::scrub`]).
 pub fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Pool, SetupError> {
     use idempotency_ledger::db::ConnectError;
     Pool::connect(url.backend(), url.as_str(), options).map_err(|e| match e {
         ConnectError::Open(e) => SetupError::connect(url, &e),
         ConnectError::Session(e) => SetupError::Connect {
             target: url.to_string(),
-            cause: one_line(&e.to_string()),
+            cause: url.scrub(&one_line(&e.to_string())),
         },
-        ConnectError::Pool(cause) => SetupError::Pool(cause),
+        ConnectError::Pool(cause) => SetupError::Pool(url.scrub(&cause)),
     })
 }
 

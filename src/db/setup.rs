@@ -19,14 +19,31 @@ pub enum SetupError {
     Migrate { target: String, cause: String },
     #[error("cannot build the connection pool: {0}")]
     Pool(String),
+    /// A command that must not create the database found none.
+    #[error("no database at {target}: {command} creates none (`orders-api migrate` creates it)")]
+    Missing {
+        target: String,
+        command: &'static str,
+    },
+    /// A command that only reads found migrations to apply.
+    #[error(
+        "database {target} is not up to date ({pending} migration(s) pending): {command} only \
+         reads (`orders-api migrate` applies them)"
+    )]
+    NotMigrated {
+        target: String,
+        pending: usize,
+        command: &'static str,
+    },
 }
 
 impl SetupError {
     /// A connection that could not be opened: the URL as typed (never its
-    /// password) and the cause on one line; for SQLite, what is wrong with
-    /// the location when the driver only says it cannot open the file.
+    /// password) and the cause on one line (libpq may quote the whole URL
+    /// in it: scrubbed); for SQLite, what is wrong with the location when
+    /// the driver only says it cannot open the file.
     pub(super) fn connect(url: &DatabaseUrl, error: &diesel::ConnectionError) -> Self {
-        let driver = one_line(&error.to_string());
+        let driver = url.scrub(&one_line(&error.to_string()));
         SetupError::Connect {
             target: url.to_string(),
             cause: match url.backend() {

@@ -13,13 +13,21 @@ const ACCEPTED: &str =
 /// A parsed `DATABASE_URL`: `sqlite://path`, `sqlite:path`, a bare file path,
 /// or `postgres://…` / `postgresql://…`. A libpq keyword/value string
 /// (`host=… dbname=…`) is refused: it is not a file name.
+///
+/// Its text reaches a message only through [`Display`](fmt::Display) and
+/// [`Debug`](fmt::Debug), which show it without its passwords, and
+/// [`DatabaseUrl::scrub`], which takes them out of a driver's words.
+/// [`DatabaseUrl::as_str`] is for the drivers alone.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DatabaseUrl {
     backend: Backend,
     /// What the driver is given: a file path for SQLite, the URL for PostgreSQL.
     target: String,
-    /// What the user typed, password hidden: what messages show.
+    /// What the user typed, passwords hidden: what messages show.
     shown: String,
+    /// Every password the URL carries, as typed and percent-decoded,
+    /// longest first: what [`DatabaseUrl::scrub`] takes out of a message.
+    secrets: Vec<String>,
 }
 
 impl DatabaseUrl {
@@ -35,10 +43,12 @@ impl DatabaseUrl {
             ));
         }
         if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
+            let (shown, secrets) = redact(raw)?;
             return Ok(Self {
                 backend: Backend::Postgres,
                 target: without_gss_unless_asked(raw),
-                shown: redact(raw),
+                shown,
+                secrets,
             });
         }
         if looks_like_keyword_value(raw) {
@@ -73,6 +83,7 @@ impl DatabaseUrl {
             backend: Backend::Sqlite,
             target: path.to_owned(),
             shown: raw.to_owned(),
+            secrets: Vec::new(),
         })
     }
 
@@ -80,9 +91,21 @@ impl DatabaseUrl {
         self.backend
     }
 
-    /// The URL as the drivers take it.
+    /// The URL as the drivers take it, password included: never for a
+    /// message (messages show [`Display`](fmt::Display), and a driver's
+    /// own words go through [`DatabaseUrl::scrub`]).
     pub fn as_str(&self) -> &str {
         &self.target
+    }
+
+    /// `text` (a driver's message about this database) with every password
+    /// of this URL, as typed or decoded, replaced by `***`.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for secret in &self.secrets {
+            text = text.replace(secret.as_str(), "***");
+        }
+        text
     }
 
     /// PostgreSQL: the database the URL names, percent-decoding aside
@@ -109,6 +132,7 @@ impl DatabaseUrl {
             backend: Backend::Postgres,
             target: replace(&self.target),
             shown: replace(&self.shown),
+            secrets: self.secrets.clone(),
         })
     }
 }
@@ -141,7 +165,7 @@ impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DatabaseUrl")
             .field("backend", &self.backend)
-            .field("target", &redact(&self.target))
+            .field("shown", &self.shown)
             .finish()
     }
 }
@@ -210,19 +234,151 @@ fn without_gss_unless_asked(url: &str) -> String {
     }
 }
 
-/// The URL with its password, if any, replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            match url[scheme_end + 3..at].split_once(':') {
-                Some((user, _password)) => {
-                    format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..])
-                }
-                None => url.to_owned(),
+/// Why a PostgreSQL URL is refused when it cannot be told where its user
+/// name and password end; it never repeats the URL, which holds them.
+const AMBIGUOUS_CREDENTIALS: &str = "DATABASE_URL has an '@' where libpq would not end a user \
+     name and password with it, so it cannot be told where the password ends: percent-encode \
+     '@', '/', '?' and '#' in a user name or password (%40, %2F, %3F, %23)";
+
+/// Why a PostgreSQL URL is refused when a host's port is not a number
+/// (libpq would quote it, and it may be a password missing its `@HOST`).
+const PORT_NOT_A_NUMBER: &str = "a port in DATABASE_URL is not a number: write \
+     postgres://USER[:PASSWORD]@HOST[:PORT]/DB, percent-encoding '@', '/', '?' and '#' in a \
+     user name or password (%40, %2F, %3F, %23)";
+
+/// A PostgreSQL URL as messages show it (every password replaced by `***`)
+/// and the passwords it carries (as typed and decoded, longest first), read
+/// the way libpq reads it: the user name and password end at the first `@`
+/// before any `/`, and a query parameter whose name, percent-decoded, ends
+/// in `password` (`password`, `sslpassword`; any case) holds one. A URL
+/// whose password libpq could read otherwise than its writer meant (an `@`
+/// past the host, or an `USER:PASS…@` that a `/` or `?` inside kept libpq
+/// from reading as credentials), or that libpq would refuse quoting a part
+/// of it (a `%` that starts no escape, a port that is not a number), is
+/// refused here, in words that do not repeat it.
+fn redact(url: &str) -> Result<(String, Vec<String>), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok((url.to_owned(), Vec::new()));
+    };
+    let mut secrets = Vec::new();
+    let (credentials, after) = match rest.find(['@', '/']) {
+        Some(at) if rest[at..].starts_with('@') => (Some(&rest[..at]), &rest[at + 1..]),
+        _ => (None, rest),
+    };
+    let (location, query) = match after.split_once('?') {
+        Some((location, query)) => (location, Some(query)),
+        None => (after, None),
+    };
+    // Without credentials by libpq's rule, an `@` after text that looks
+    // like `USER:PASS` (a `:` and no `=` before it) ends credentials that a
+    // `/` or `?` in the password hid from libpq.
+    let hidden_credentials = credentials.is_none()
+        && rest
+            .find('@')
+            .is_some_and(|at| rest[..at].contains(':') && !rest[..at].contains('='));
+    if location.contains('@') || credentials.is_some_and(|c| c.contains('?')) || hidden_credentials
+    {
+        return Err(AMBIGUOUS_CREDENTIALS.into());
+    }
+    if !ports_are_numbers(location) {
+        return Err(PORT_NOT_A_NUMBER.into());
+    }
+    let mut shown = format!("{scheme}://");
+    if let Some(credentials) = credentials {
+        let (user, password) = match credentials.split_once(':') {
+            Some((user, password)) => (user, Some(password)),
+            None => (credentials, None),
+        };
+        let user_ok = percent_decoded(user).is_some();
+        let decoded = password.map(percent_decoded);
+        if !user_ok || decoded.as_ref().is_some_and(Option::is_none) {
+            return Err(
+                "the user name or password in DATABASE_URL has a '%' that does not \
+                        start an escape of two hex digits (or escapes a NUL byte): write a \
+                        '%' as %25"
+                    .into(),
+            );
+        }
+        shown.push_str(user);
+        if let (Some(password), Some(Some(decoded))) = (password, decoded) {
+            shown.push_str(if password.is_empty() { ":" } else { ":***" });
+            secrets.extend([password.to_owned(), decoded]);
+        }
+        shown.push('@');
+    }
+    shown.push_str(location);
+    if let Some(query) = query {
+        shown.push('?');
+        let mut parameters = Vec::new();
+        for parameter in query.split('&').filter(|_| !query.is_empty()) {
+            // libpq refuses it quoting it whole: an unencoded `&` in a password.
+            let Some((name, value)) = parameter.split_once('=') else {
+                return Err(
+                    "a parameter in DATABASE_URL's query has no '=': percent-encode \
+                            '&' and '=' in a value (%26, %3D)"
+                        .into(),
+                );
+            };
+            let (Some(decoded_name), Some(decoded_value)) =
+                (percent_decoded(name), percent_decoded(value))
+            else {
+                return Err(
+                    "a parameter in DATABASE_URL's query has a '%' that does not \
+                            start an escape of two hex digits (or escapes a NUL byte): write \
+                            a '%' as %25"
+                        .into(),
+                );
+            };
+            if decoded_name.to_ascii_lowercase().ends_with("password") && !value.is_empty() {
+                parameters.push(format!("{name}=***"));
+                secrets.extend([value.to_owned(), decoded_value]);
+            } else {
+                parameters.push(parameter.to_owned());
             }
         }
-        _ => url.to_owned(),
+        shown.push_str(&parameters.join("&"));
     }
+    secrets.retain(|s| !s.is_empty());
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    Ok((shown, secrets))
+}
+
+/// Whether every port of the hosts that start `location` (`HOST[:PORT]`,
+/// comma-separated, IPv6 addresses in brackets) is empty or a number.
+fn ports_are_numbers(location: &str) -> bool {
+    let hosts = location.split('/').next().unwrap_or_default();
+    hosts.split(',').all(|host| {
+        let after_address = match host.rfind(']') {
+            Some(end) => &host[end + 1..],
+            None => host,
+        };
+        match after_address.rsplit_once(':') {
+            Some((_, port)) => port.bytes().all(|b| b.is_ascii_digit()),
+            None => true,
+        }
+    })
+}
+
+/// `text` percent-decoded as libpq decodes a URL's parts (a `+` stays a
+/// `+`); `None` where libpq refuses it: a `%` not followed by two hex
+/// digits, or `%00`.
+fn percent_decoded(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(offset) = bytes[i..].iter().position(|&b| b == b'%') {
+        let at = i + offset;
+        let escape = bytes.get(at + 1..at + 3)?;
+        if !escape.iter().all(u8::is_ascii_hexdigit) || escape == b"00" {
+            return None;
+        }
+        i = at + 3;
+    }
+    Some(
+        percent_encoding::percent_decode_str(text)
+            .decode_utf8_lossy()
+            .into_owned(),
+    )
 }
 
 #[cfg(test)]
@@ -293,6 +449,126 @@ mod tests {
             DatabaseUrl::parse(" orders.db").unwrap().to_string(),
             "orders.db"
         );
+    }
+
+    /// Every place libpq reads a password from in a URL: the user
+    /// information, and a `password` (or `sslpassword`) query parameter in
+    /// any position, its name or value percent-encoded in either case.
+    #[test]
+    fn every_password_libpq_reads_from_a_url_is_hidden_in_what_messages_show() {
+        for (raw, shown) in [
+            ("postgres://u:S3cret@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:@h/db", "postgres://u:@h/db"),
+            (
+                "postgres://u@h/db?password=S3cret",
+                "postgres://u@h/db?password=***",
+            ),
+            (
+                "postgresql://u@h:1,h2:2/db?sslmode=disable&password=S3cret&application_name=a",
+                "postgresql://u@h:1,h2:2/db?sslmode=disable&password=***&application_name=a",
+            ),
+            (
+                "postgres://u@h/db?p%61ssword=S3cret",
+                "postgres://u@h/db?p%61ssword=***",
+            ),
+            (
+                "postgres://u@h/db?PASSWORD=S3cret",
+                "postgres://u@h/db?PASSWORD=***",
+            ),
+            (
+                "postgres://u@h/db?sslpassword=S3cret",
+                "postgres://u@h/db?sslpassword=***",
+            ),
+            (
+                "postgres://u@h?password=S3cret",
+                "postgres://u@h?password=***",
+            ),
+            (
+                "postgres://u:S3%2fcret@h/db?password=S3%2Fcret",
+                "postgres://u:***@h/db?password=***",
+            ),
+        ] {
+            let url = DatabaseUrl::parse(raw).unwrap();
+            assert_eq!(url.to_string(), shown, "{raw}");
+            let debug = format!("{url:?}");
+            assert!(!debug.contains("S3"), "{raw}: {debug}");
+            assert!(
+                url.as_str().starts_with(raw),
+                "the driver gets it whole: {raw}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Whatever else the URL holds, and wherever the password sits (the
+        /// user information or a `password` parameter among others), a URL
+        /// that parses shows no password.
+        #[test]
+        fn no_url_that_parses_shows_its_password(
+            user in "[a-z%0-9]{0,6}",
+            hosts in "[a-z0-9.,:\\[\\]]{0,12}",
+            path in "(/[a-z@%0-9]{0,6})?",
+            before in proptest::collection::vec("[a-z_%0-9]{1,6}=[a-z%0-9=]{0,6}", 0..3),
+            after in proptest::collection::vec("[a-z_%0-9]{1,6}=[a-z%0-9=]{0,6}", 0..3),
+            in_query in proptest::bool::ANY,
+            name in "(password|p%61ssword|P%41SSWORD|sslpassword)",
+            password in "PW[A-Z%2F@/?&#0-9]{6,12}",
+        ) {
+            let raw = if in_query {
+                let params = [before, vec![format!("{name}={password}")], after].concat();
+                format!("postgres://{user}@{hosts}{path}?{}", params.join("&"))
+            } else {
+                let query = [before, after].concat().join("&");
+                format!("postgres://{user}:{password}@{hosts}{path}?{query}")
+            };
+            if let Ok(url) = DatabaseUrl::parse(&raw) {
+                let (shown, debug) = (url.to_string(), format!("{url:?}"));
+                proptest::prop_assert!(!shown.contains("PW") && !debug.contains("PW"), "{} shows {}", raw, shown);
+                proptest::prop_assert!(!url.scrub(&raw).contains("PW"), "{}", raw);
+            }
+        }
+    }
+
+    #[test]
+    fn a_drivers_message_is_scrubbed_of_the_password_as_typed_and_as_decoded() {
+        let url = DatabaseUrl::parse("postgres://u:S3%2Fcret@h/db?sslpassword=k%65y1").unwrap();
+        let driver = "unexpected character in URI: \"postgres://u:S3%2Fcret@h/db\", \
+                      tried S3/cret, then key1 and k%65y1";
+        assert_eq!(
+            url.scrub(driver),
+            "unexpected character in URI: \"postgres://u:***@h/db\", tried ***, then *** and ***"
+        );
+        let sqlite = DatabaseUrl::parse("orders.db").unwrap();
+        assert_eq!(sqlite.scrub("no such table"), "no such table");
+    }
+
+    /// A URL libpq could read otherwise than the service (an `@` past the
+    /// host, a `?` before it) or would refuse quoting it whole (a `%` that
+    /// starts no escape) is refused, in words that never repeat it.
+    #[test]
+    fn a_url_whose_password_cannot_be_told_apart_is_refused_without_repeating_it() {
+        for raw in [
+            "postgres://u:S3c@ret@h/db",
+            "postgres://u:S3c/ret@h/db",
+            "postgres://u:S3c?ret@h/db",
+            "postgres://u:S3c%zzret@h/db",
+            "postgres://u:S3c%00ret@h/db",
+            "postgres://u@h/db?password=S3c%2",
+            "postgres://u@h/db?p%7password=S3cret",
+            "postgres://u:S3c/r?et@h/db",
+            "postgres://u:S3c?r/et@h/db",
+            "postgres://:S3c/0%?A?@?",
+            "postgres://u:S3cret/db",
+            "postgres://h1:1,u:S3cret/db",
+            "postgres://u@h/db?password=S3&cret",
+        ] {
+            let err = DatabaseUrl::parse(raw).unwrap_err();
+            assert!(!err.contains("S3c"), "{raw}: {err}");
+            assert!(err.contains('%'), "it says how to write it: {err}");
+            assert_eq!(err.lines().count(), 1);
+        }
     }
 
     #[test]

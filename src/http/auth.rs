@@ -10,6 +10,7 @@ use std::future::{Ready, ready};
 use super::AppState;
 use super::error::ApiError;
 use crate::auth;
+use crate::auth::cache::Cached;
 
 /// The user the request's bearer token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,11 @@ pub async fn require_bearer<B: MessageBody>(
 }
 
 /// The token's user: from the [`auth::cache::TokenCache`] when the database
-/// accepted the token moments ago, else from the database (and remembered).
+/// answered for the token moments ago, else from the database (and
+/// remembered). A lookup needs a permit first: past the bound on lookups of
+/// tokens never seen live, the request waits its turn — holding no blocking
+/// thread and no connection — at most the connection timeout, then `503`;
+/// a lookup of its token may have answered meanwhile.
 async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     let token = bearer_token(req).ok_or(ApiError::Unauthorized)?;
     let state = req
@@ -40,20 +45,38 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
         .cloned()
         .ok_or_else(|| ApiError::Internal("application state missing".into()))?;
     let hash = auth::hash_token(&token);
-    if let Some(user) = state.tokens.get(&hash) {
-        return Ok(user);
+    let remembered = |state: &AppState| match state.tokens.get(&hash) {
+        Some(Cached::User(user)) => Some(Ok(user)),
+        Some(Cached::Unknown) => Some(Err(ApiError::Unauthorized)),
+        None => None,
+    };
+    if let Some(answer) = remembered(&state) {
+        return answer;
+    }
+    let Some(permit) = state
+        .tokens
+        .permit(&hash, state.ledger.settings().connection_timeout)
+        .await
+    else {
+        metrics::counter!(LOOKUPS_SHED).increment(1);
+        return Err(ApiError::TooManyTokenLookups);
+    };
+    if let Some(answer) = remembered(&state) {
+        return answer;
     }
     let user = web::block(move || -> Result<Option<String>, ApiError> {
         let mut pooled = state.pool.get()?;
-        let user = auth::user_of_hash(&mut pooled.conn(), &hash)?;
-        if let Some(user) = &user {
-            state.tokens.insert(&hash, user);
-        }
-        Ok(user)
+        Ok(state.tokens.look_up(permit, &hash, || {
+            auth::user_of_hash(&mut pooled.conn(), &hash)
+        })?)
     })
     .await??;
     user.ok_or(ApiError::Unauthorized)
 }
+
+/// Requests answered `503` because as many lookups of tokens never seen
+/// live as the bound allows were running, for as long as they could wait.
+pub const LOOKUPS_SHED: &str = "orders_api_token_lookups_shed_total";
 
 fn bearer_token(req: &ServiceRequest) -> Option<String> {
     let mut values = req.headers().get_all(header::AUTHORIZATION);

@@ -1,7 +1,16 @@
 //! One error type for the whole HTTP surface, rendered as RFC 9457 problem
 //! details with a stable machine code in `error`. 5xx bodies never carry the
 //! cause: it goes to the log only.
+//!
+//! Every problem answered also names its occurrence in `instance`:
+//! `urn:request:<id>`, the id of the request it answers, as in the
+//! `X-Request-Id` answer header. [`crate::telemetry::observe`], which gives
+//! each request its id, adds it with [`name_occurrence`] to every problem on
+//! its way out — the ones rendered here, the ones the framework refused, and
+//! the ones replayed from the idempotency ledger, which records a problem
+//! without it: a replay names the request it answers, never the recorded one.
 
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::ServiceResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
@@ -65,6 +74,12 @@ pub enum ApiError {
     /// the common answer.
     #[error("the service is handling as many writes as it admits at once; retry shortly")]
     Overloaded,
+    /// Refused at the door: this process looked up as many tokens it never
+    /// saw live as it may at once (a quarter of the pool) for as long as the
+    /// request could wait its turn. Counted, not logged: under a flood of
+    /// unknown tokens it is the common answer.
+    #[error("the service is checking as many unfamiliar tokens as it may at once; retry shortly")]
+    TooManyTokenLookups,
     /// The cause is logged, never sent.
     #[error("an internal error occurred")]
     Internal(String),
@@ -82,6 +97,16 @@ pub struct Problem {
     #[schema(example = 422)]
     pub status: u16,
     pub detail: String,
+    /// This occurrence: `urn:request:` and the id of the request answered,
+    /// the value of the answer's `X-Request-Id` header (on a replay too: the
+    /// retry's id, not the first request's). Quote it to find the request's
+    /// log lines.
+    // Added on the way out by `name_occurrence`, which knows the request's
+    // id; `None` until then (and in what the ledger records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true,
+             example = "urn:request:0b5f7c1e-3f7a-4c55-9d61-8f0a4bb0c2de")]
+    pub instance: Option<String>,
     /// A stable machine-readable code.
     #[schema(example = "VALIDATION_FAILED")]
     pub error: &'static str,
@@ -116,7 +141,9 @@ impl ApiError {
                 500..=599 => "INTERNAL_ERROR",
                 _ => "BAD_REQUEST",
             },
-            ApiError::Unavailable(_) | ApiError::Overloaded => "SERVICE_UNAVAILABLE",
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                "SERVICE_UNAVAILABLE"
+            }
             ApiError::Internal(_) => "INTERNAL_ERROR",
         }
     }
@@ -136,7 +163,9 @@ impl ApiError {
             ApiError::KeyReused => "Idempotency-Key reused",
             ApiError::InProgress => "Request in progress",
             ApiError::Refused(..) => "Request refused",
-            ApiError::Unavailable(_) | ApiError::Overloaded => "Service unavailable",
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                "Service unavailable"
+            }
             ApiError::Internal(_) => "Internal server error",
         }
     }
@@ -157,7 +186,9 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::Refused(status, _) => *status,
-            ApiError::Unavailable(_) | ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -170,10 +201,12 @@ impl ApiError {
                 (header::RETRY_AFTER, IN_PROGRESS_RETRY_AFTER.to_string()),
                 should_retry(),
             ],
-            ApiError::Unavailable(_) | ApiError::Overloaded => vec![
-                (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
-                should_retry(),
-            ],
+            ApiError::Unavailable(_) | ApiError::Overloaded | ApiError::TooManyTokenLookups => {
+                vec![
+                    (header::RETRY_AFTER, UNAVAILABLE_RETRY_AFTER.to_string()),
+                    should_retry(),
+                ]
+            }
             ApiError::Refused(status, _) if *status == StatusCode::SERVICE_UNAVAILABLE => {
                 vec![should_retry()]
             }
@@ -188,6 +221,7 @@ impl ApiError {
             title: self.title(),
             status: self.status().as_u16(),
             detail: self.to_string(),
+            instance: None,
             error: code,
             errors: match self {
                 ApiError::Validation(errors) => Some(errors.clone()),
@@ -310,16 +344,65 @@ impl ApiError {
     }
 }
 
+/// The `instance` of a problem answering the request `request_id`.
+pub fn instance_of(request_id: &str) -> String {
+    format!("urn:request:{request_id}")
+}
+
+/// `response` with `instance` naming the request `request_id` when it is a
+/// problem document; any other response as it is. The problem's other
+/// members keep their bytes: `instance` is appended to the object, so a
+/// replayed problem differs from its first answer in that member only.
+pub async fn name_occurrence<B: MessageBody>(
+    response: ServiceResponse<B>,
+    request_id: &str,
+) -> ServiceResponse<EitherBody<B, Vec<u8>>> {
+    if !is_problem(response.headers()) {
+        return response.map_into_left_body();
+    }
+    let (req, response) = response.into_parts();
+    let (mut head, body) = response.into_parts();
+    let instance = instance_of(request_id);
+    let named = match actix_web::body::to_bytes(body).await {
+        Ok(bytes) => with_instance(&bytes, &instance).unwrap_or_else(|| bytes.to_vec()),
+        // Our problems are bytes in memory: reading one cannot fail.
+        Err(_) => {
+            let mut problem = ApiError::Internal("unreadable problem body".into()).problem();
+            problem.instance = Some(instance);
+            serde_json::to_vec(&problem).unwrap_or_default()
+        }
+    };
+    head.headers_mut().remove(header::CONTENT_LENGTH);
+    ServiceResponse::new(req, head.set_body(named)).map_into_right_body()
+}
+
+fn is_problem(headers: &header::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()))
+}
+
+/// `problem` (a JSON object's text) with an `instance` member appended;
+/// `None` when it is not an object, or already names an instance.
+fn with_instance(problem: &[u8], instance: &str) -> Option<Vec<u8>> {
+    let members: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(problem).ok()?;
+    if members.contains_key("instance") {
+        return None;
+    }
+    let text = std::str::from_utf8(problem).ok()?.trim_end();
+    let open = text.strip_suffix('}')?;
+    let separator = if members.is_empty() { "" } else { "," };
+    let value = serde_json::to_string(instance).ok()?;
+    Some(format!("{open}{separator}\"instance\":{value}}}").into_bytes())
+}
+
 /// Middleware that turns any error response not produced by [`ApiError`]
 /// (actix-cors refusing a preflight, the framework refusing a request) into
 /// problem+json, so that every error a client sees has the same shape.
 pub fn problem_for_every_error<B: 'static>() -> ErrorHandlers<B> {
     ErrorHandlers::new().default_handler(|res: ServiceResponse<B>| {
-        let is_problem = res
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-        if is_problem {
+        if is_problem(res.headers()) {
             return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
         }
         let status = res.status();
@@ -348,4 +431,60 @@ pub fn problem_for_every_error<B: 'static>() -> ErrorHandlers<B> {
             ServiceResponse::new(req, replacement).map_into_right_body(),
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(problem: &[u8]) -> Option<serde_json::Value> {
+        let bytes = with_instance(problem, "urn:request:r-1")?;
+        Some(serde_json::from_slice(&bytes).expect("still JSON"))
+    }
+
+    #[test]
+    fn instance_is_appended_and_every_other_member_keeps_its_bytes() {
+        let problem = serde_json::to_vec(&ApiError::NotFound.problem()).unwrap();
+        let bytes = with_instance(&problem, "urn:request:r-1").unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        let original = String::from_utf8(problem).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "{},\"instance\":\"urn:request:r-1\"}}",
+                original.strip_suffix('}').unwrap()
+            )
+        );
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["instance"], "urn:request:r-1");
+        assert_eq!(value["error"], "NOT_FOUND");
+    }
+
+    #[test]
+    fn a_validation_problem_keeps_its_errors_and_gains_an_instance() {
+        let problem = ApiError::Validation(vec![FieldError {
+            field: "quantity".into(),
+            message: "must be at least 1".into(),
+        }])
+        .problem();
+        let value = named(&serde_json::to_vec(&problem).unwrap()).unwrap();
+        assert_eq!(value["errors"][0]["field"], "quantity");
+        assert_eq!(value["instance"], "urn:request:r-1");
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_or_already_names_an_instance_is_left_alone() {
+        assert_eq!(named(b"[1,2]"), None);
+        assert_eq!(named(b"not json"), None);
+        assert_eq!(named(br#"{"instance":"urn:request:first"}"#), None);
+        assert_eq!(
+            named(b"{} \n").unwrap(),
+            serde_json::json!({"instance": "urn:request:r-1"})
+        );
+    }
+
+    #[test]
+    fn the_instance_is_the_request_id_as_a_urn() {
+        assert_eq!(instance_of("abc-1.2:3_4"), "urn:request:abc-1.2:3_4");
+    }
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use crate::db;
+use idempotency_ledger::db::writer::WriterHealth;
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Health {
@@ -25,7 +26,8 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Health { status: "ok" })
 }
 
-/// Readiness: the database answers and every migration is applied.
+/// Readiness: the database can be written (SQLite: its writer can write),
+/// answers, and has every migration applied.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -33,11 +35,18 @@ pub async fn healthz() -> HttpResponse {
     tag = "operations",
     responses(
         (status = 200, description = "Ready to serve.", body = Health, example = json!({"status": "ready"})),
-        (status = 503, description = "`SERVICE_UNAVAILABLE`: the database is unreachable, or migrations are pending.", body = Problem, content_type = "application/problem+json",
+        (status = 503, description = "`SERVICE_UNAVAILABLE`: the database is unreachable or cannot be written now (a write stuck in its commit, no writer connection), or migrations are pending.", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before asking again."))),
     )
 )]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    // First, and without touching the database: a disk that hangs must not
+    // hang the answer.
+    if let WriterHealth::Stalled(why) | WriterHealth::Unrecoverable(why) =
+        state.pool.writer_health()
+    {
+        return Err(ApiError::Unavailable(why));
+    }
     let ready = web::block(move || -> Result<bool, ApiError> {
         let mut pooled = state.pool.get()?;
         Ok(db::migrations_applied(&mut pooled.conn())?)

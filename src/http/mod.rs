@@ -1,6 +1,7 @@
 //! The HTTP layer: routes, authentication, bodies, and the mapping of every
 //! outcome to a response.
 
+pub mod app;
 pub mod auth;
 pub mod body;
 pub mod error;
@@ -32,9 +33,10 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
 }
 
-/// One operation the service answers: a method on a path. [`routes`]
-/// registers exactly these, and the OpenAPI test compares them with the
-/// document, so a route cannot exist without being documented.
+/// One operation of the API: a method on a path. [`routes`] registers
+/// exactly these (besides the web client's static files, which are not
+/// API), and the OpenAPI test compares them with the document, so an API
+/// route cannot exist without being documented.
 pub struct Endpoint {
     pub method: Method,
     /// The full path, in the router's (and OpenAPI's) `{param}` syntax.
@@ -95,9 +97,12 @@ pub const ENDPOINTS: &[Endpoint] = &[
 ];
 
 /// Every route, for [`actix_web::App::configure`]: the [`ENDPOINTS`], one
-/// resource per path; any other method on a known path is a `405` with
-/// `Allow`, an unknown path a `404`.
+/// resource per path, and the web client's files under [`app::PREFIX`]
+/// (not API, so not among the endpoints nor in the OpenAPI document); any
+/// other method on a known path is a `405` with `Allow`, an unknown path a
+/// `404`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    app::routes(cfg);
     let mut v1 = web::scope(AUTHENTICATED_PREFIX).wrap(from_fn(auth::require_bearer));
     for path in endpoint_paths() {
         match path.strip_prefix(AUTHENTICATED_PREFIX) {

@@ -418,6 +418,26 @@ mod tests {
     }
 
     #[test]
+    fn the_problem_schema_requires_an_instance_naming_the_request_id() {
+        let doc = doc();
+        let problem = &doc["components"]["schemas"]["Problem"];
+        let required = problem["required"].as_array().expect("required members");
+        for member in ["type", "title", "status", "detail", "instance", "error"] {
+            assert!(required.iter().any(|r| r == member), "{member}: {problem}");
+        }
+        let instance = &problem["properties"]["instance"];
+        let described = instance["description"].as_str().unwrap_or_default();
+        assert!(
+            described.contains("urn:request:") && described.contains("X-Request-Id"),
+            "{instance}"
+        );
+        assert!(
+            !instance["type"].to_string().contains("null"),
+            "every problem carries one: {instance}"
+        );
+    }
+
+    #[test]
     fn the_idempotency_key_parameter_has_the_parsers_length_bound() {
         let doc = doc();
         let operation = &doc["paths"]["/v1/orders"]["post"];

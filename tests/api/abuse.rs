@@ -11,8 +11,9 @@ use orders_api::startup::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS};
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::net::Client;
 use crate::operability::scrape_text;
-use crate::process::{self, Client, ServerProcess};
+use crate::process::{self, ServerProcess};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Far beyond every limit under test: a connection still open then was

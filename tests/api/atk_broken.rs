@@ -6,11 +6,9 @@
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use orders_api::db::Backend;
 use orders_atk::wire::Message;
@@ -19,6 +17,7 @@ use serde_json::Value;
 
 use crate::atk::target_of;
 use crate::helpers::*;
+use crate::net::Front;
 
 /// The one rule a [`BrokenFront`] breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,8 +43,7 @@ pub enum Breakage {
 /// A thread-per-connection HTTP front of the test server that breaks one rule.
 pub struct BrokenFront {
     pub address: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _front: Front,
 }
 
 /// What the front's connections share.
@@ -61,44 +59,18 @@ struct Shared {
 
 impl BrokenFront {
     pub fn new(upstream: &str, breakage: Breakage) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the front");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let address = format!("http://{}", listener.local_addr().expect("address"));
+        let tag = uuid::Uuid::new_v4().simple().to_string();
         let shared = Arc::new(Shared {
             upstream: upstream.trim_start_matches("http://").to_owned(),
             breakage,
-            tag: address.clone(),
+            tag,
             counter: AtomicUsize::new(0),
             first_answers: Mutex::new(HashMap::new()),
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let shared = Arc::clone(&shared);
-                            std::thread::spawn(move || serve(client, &shared));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            })
-        };
+        let front = Front::start(move |client, _| serve(client, &shared));
         Self {
-            address,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for BrokenFront {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            address: front.address(),
+            _front: front,
         }
     }
 }
@@ -113,7 +85,6 @@ fn closing(mut message: Message) -> Vec<u8> {
 /// One request per connection: read it, break it, forward it, break the
 /// answer, send it back, close.
 fn serve(client: TcpStream, shared: &Shared) {
-    client.set_nonblocking(false).expect("blocking");
     let mut reader = BufReader::new(client.try_clone().expect("clone"));
     let Some(mut request) = Message::read(&mut reader) else {
         return;

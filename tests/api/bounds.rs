@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::fault::{self, Point};
 use orders_api::db::Backend;
 
 use crate::expect::*;
@@ -181,21 +182,31 @@ impl HeldCreate {
 }
 
 crate::both_backends! {
-    /// A duplicate of a create held in the database waits for it
-    /// — outside the writer's queue on SQLite, holding no connection on
-    /// PostgreSQL — and replays its answer once it commits, here after 3 s:
-    /// longer than the 2 s after which PostgreSQL used to answer `409`,
-    /// within the 5 s default of `IDEMPOTENCY_WAIT_SECS`.
+    /// A duplicate of a create held in the database waits for it — outside
+    /// the writer's queue on SQLite, holding no connection on PostgreSQL —
+    /// and replays its answer once it commits. The duplicate is waiting
+    /// (counted among its key's waiters, at the ledger's `Waiting` fault
+    /// point) before the create is let go.
     fn a_duplicate_of_a_held_create_waits_for_it_and_replays_its_answer(backend) {
         let app = TestApp::spawn(backend);
         let body = order_body("Widget", 2, "9.99");
+        // Fault holds are process-wide: each backend's copy has its own key.
+        let key = format!("waited-for-{backend:?}");
+        let key: &str = &key;
         let held = HeldCreate::hold(&app);
 
         let (first, duplicate) = std::thread::scope(|s| {
-            let first = s.spawn(|| app.post_order(Some("held"), &body));
+            let first = s.spawn(|| app.post_order(Some(key), &body));
             held.wait_for_one(&app);
-            let duplicate = s.spawn(|| app.post_order(Some("held"), &body));
-            std::thread::sleep(Duration::from_secs(3));
+            let waiting = fault::hold(Point::Waiting, key);
+            let duplicate = s.spawn(|| app.post_order(Some(key), &body));
+            assert!(
+                waiting.wait_reached(PATIENCE),
+                "the duplicate never waited for the held create"
+            );
+            // Back to its wait for the holder, then the holder goes on.
+            waiting.release();
+            assert!(!duplicate.is_finished(), "answered while the create was held");
             held.release(&app);
             (first.join().expect("first"), duplicate.join().expect("duplicate"))
         });
@@ -306,6 +317,8 @@ fn a_writer_unit_that_hangs_past_the_lease_is_abandoned_rolled_back_and_the_writ
     assert_unavailable(&behind);
     let stats = app.pool.writer_stats().expect("the writer ran");
     assert!(stats.replaced >= 1, "{stats:?}");
+    // Writing resumes once the hung unit has returned and been rolled back.
+    crate::writer_bounds::wait_until_ready(&app);
     let retry = app.post_order(Some("behind"), &body);
     assert_eq!(retry.status, 201, "the refused key is free: {}", retry.body);
     assert_not_replayed(&retry);

@@ -287,6 +287,39 @@ fn a_bad_setting_exits_non_zero_with_one_clear_line() {
 }
 
 #[test]
+fn version_names_the_version_and_the_commit_it_was_built_from() {
+    let dir = TempDir::new();
+    // What build.rs found: `git rev-parse --short HEAD` in a checkout.
+    let built_from = env!("ORDERS_API_COMMIT");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    match head {
+        Some(head) if std::env::var_os("ORDERS_API_COMMIT").is_none() => {
+            assert_eq!(built_from, stdout(&head).trim(), "the checkout's HEAD");
+        }
+        _ => assert!(!built_from.is_empty(), "`unknown` at least"),
+    }
+
+    for flag in ["--version", "-V"] {
+        let out = orders_api_in(&dir.0, &[flag]);
+
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!(
+                "orders-api {} (commit {built_from})\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+}
+
+#[test]
 fn usage_errors_print_clap_s_whole_message_with_the_usage_line() {
     let dir = TempDir::new();
     let missing = orders_api_in(&dir.0, &["keys", "create"]);
@@ -345,6 +378,7 @@ fn usage_errors_print_clap_s_whole_message_with_the_usage_line() {
 #[test]
 fn keys_create_refuses_user_ids_with_outer_whitespace_and_says_so() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["migrate"]).status.success());
     for (user, says) in [
         (" bob", "USER_ID must not begin or end with whitespace"),
         ("bob ", "USER_ID must not begin or end with whitespace"),
@@ -447,6 +481,7 @@ fn unprivileged(dir: &TempDir, args: &[&str]) -> Output {
 #[test]
 fn keys_list_reads_a_copy_of_a_wal_database_in_a_read_only_folder() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["migrate"]).status.success());
     assert!(orders_api(&db, &["keys", "create", "kim"]).status.success());
     {
         use diesel::{Connection, RunQueryDsl, SqliteConnection};
@@ -483,6 +518,7 @@ fn keys_list_reads_a_copy_of_a_wal_database_in_a_read_only_folder() {
 #[test]
 fn keys_list_reads_a_read_only_database_when_no_migration_is_pending() {
     let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    assert!(orders_api(&db, &["migrate"]).status.success());
     assert!(
         orders_api(&db, &["keys", "create", "ivan"])
             .status
@@ -551,66 +587,314 @@ fn a_libpq_keyword_value_string_is_refused_and_creates_no_file() {
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
 }
 
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-#[test]
-fn migrate_creates_a_missing_postgres_database_when_the_role_may() {
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    fn migrate_creates_a_missing_postgres_database_when_the_role_may() {
+        let db = TestDb::missing(orders_api::db::Backend::Postgres);
+        let out = orders_api(&db, &["migrate"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let listing = orders_api(&db, &["keys", "list"]);
+        assert!(
+            listing.status.success(),
+            "the schema exists: {}",
+            stderr(&listing)
+        );
     }
-    let db = TestDb::missing(orders_api::db::Backend::Postgres);
-    let out = orders_api(&db, &["migrate"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let listing = orders_api(&db, &["keys", "list"]);
-    assert!(
-        listing.status.success(),
-        "the schema exists: {}",
-        stderr(&listing)
-    );
 }
 
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-#[test]
-fn a_missing_postgres_database_the_role_may_not_create_is_one_clear_line() {
-    use diesel::{Connection, PgConnection, RunQueryDsl};
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    fn a_missing_postgres_database_the_role_may_not_create_is_one_clear_line() {
+        use diesel::{Connection, PgConnection, RunQueryDsl};
+        let role = format!("weak_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::establish(&test_database_url()).unwrap();
+        diesel::sql_query(format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
+            .execute(&mut admin)
+            .unwrap();
+        let db = TestDb::missing(orders_api::db::Backend::Postgres);
+        let name = db
+            .url
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_owned();
+        // The same server and database as the role, without a password (the
+        // test cluster trusts local connections).
+        let (scheme, rest) = db.url.as_str().split_once("://").unwrap();
+        let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+        let as_role = format!("{scheme}://{role}@{host}");
+        let out = run(orders_api_command().args(["migrate", "--database-url", &as_role]));
+        let _ = diesel::sql_query(format!("DROP ROLE {role}")).execute(&mut admin);
+        assert_one_line_failure(
+            &out,
+            &format!("database \"{name}\" does not exist on postgres://{role}@"),
+        );
+        assert!(
+            stderr(&out).contains("may not create databases"),
+            "{}",
+            stderr(&out)
+        );
     }
-    let role = format!("weak_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::establish(&test_database_url()).unwrap();
-    diesel::sql_query(format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
-        .execute(&mut admin)
-        .unwrap();
-    let db = TestDb::missing(orders_api::db::Backend::Postgres);
-    let name = db
-        .url
-        .as_str()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .split('?')
-        .next()
-        .unwrap()
-        .to_owned();
-    // The same server and database as the role, without a password (the
-    // test cluster trusts local connections).
-    let (scheme, rest) = db.url.as_str().split_once("://").unwrap();
-    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-    let as_role = format!("{scheme}://{role}@{host}");
-    let out = run(orders_api_command().args(["migrate", "--database-url", &as_role]));
-    let _ = diesel::sql_query(format!("DROP ROLE {role}")).execute(&mut admin);
-    assert_one_line_failure(
-        &out,
-        &format!("database \"{name}\" does not exist on postgres://{role}@"),
-    );
-    assert!(
-        stderr(&out).contains("may not create databases"),
-        "{}",
-        stderr(&out)
-    );
+}
+
+/// The password of [`secret_urls`]; each form writes it so that its typed
+/// and its decoded forms both start with this.
+const PASSWORD: &str = "S3cretPw";
+
+/// `DATABASE_URL` in every form libpq takes a password in, each naming a
+/// closed port (the database is down), and one that libpq quotes whole in
+/// its error: a password in the user information, a `password` parameter
+/// first, in the middle and last, its name or value percent-encoded in
+/// either case, and a keyword/value string (which the service refuses).
+fn secret_urls() -> Vec<String> {
+    let port = crate::process::free_port();
+    let server = format!("127.0.0.1:{port}");
+    vec![
+        format!("postgres://orders:{PASSWORD}@{server}/orders"),
+        format!("postgres://orders@{server}/orders?password={PASSWORD}"),
+        format!(
+            "postgresql://orders@{server}/orders?sslmode=disable&password={PASSWORD}&connect_timeout=5"
+        ),
+        format!("postgres://orders@{server}/orders?connect_timeout=5&p%61ssword={PASSWORD}%2fx"),
+        format!("postgres://orders@{server}/orders?P%41SSWORD={PASSWORD}%2Fx"),
+        format!("postgres://orders:{PASSWORD}%40x@{server}/orders?sslpassword={PASSWORD}"),
+        format!("postgres://orders:{PASSWORD}@[::1]x/orders"),
+        format!("host=127.0.0.1 port={port} user=orders password={PASSWORD}"),
+        format!("postgres://orders:{PASSWORD}@oops@{server}/orders"),
+        format!("mysql://orders:{PASSWORD}@{server}/orders"),
+    ]
+}
+
+/// SPEC §2 "No secret is ever printed": with the database down, `serve`,
+/// `migrate`, `keys list` and `purge` fail in one line that shows the URL
+/// without its password (or refuses a form it does not take without
+/// repeating it), whether the URL comes from `DATABASE_URL` or the flag,
+/// with every log level on. Before, a `password=` parameter was printed.
+#[test]
+fn a_password_in_the_database_url_is_never_printed_whatever_its_form_and_the_command() {
+    let dir = TempDir::new();
+    for url in secret_urls() {
+        for command in [&["serve"][..], &["migrate"], &["keys", "list"], &["purge"]] {
+            let from_env = run(orders_api_command()
+                .args(command)
+                .current_dir(&dir.0)
+                .env("RUST_LOG", "trace")
+                .env("DATABASE_URL", &url));
+            let from_flag = run(orders_api_command()
+                .args(command)
+                .args(["--database-url", &url])
+                .current_dir(&dir.0)
+                .env("RUST_LOG", "trace"));
+            for out in [from_env, from_flag] {
+                let (stdout, stderr) = (stdout(&out), stderr(&out));
+                assert!(!out.status.success(), "{command:?} {url}: {stdout}");
+                assert!(
+                    !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+                    "{command:?} printed the password of {url}:\n{stdout}{stderr}"
+                );
+                assert_one_line_failure(&out, "");
+                assert!(
+                    stderr.contains("***") || stderr.contains("DATABASE_URL"),
+                    "{command:?} {url}: the message names the URL, its password hidden: {stderr}"
+                );
+            }
+        }
+    }
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+}
+
+/// clap shows an argument's environment value in `--help` unless told not
+/// to: the database URL's never is.
+#[test]
+fn help_never_shows_the_database_url_from_the_environment() {
+    let url = format!("postgres://orders:{PASSWORD}@127.0.0.1:1/orders?password={PASSWORD}");
+    for command in [
+        &[][..],
+        &["serve"],
+        &["migrate"],
+        &["purge"],
+        &["keys"],
+        &["keys", "list"],
+        &["keys", "create"],
+        &["keys", "revoke"],
+    ] {
+        for help in ["-h", "--help"] {
+            let out = run(orders_api_command()
+                .args(command)
+                .arg(help)
+                .env("DATABASE_URL", &url));
+            assert_eq!(out.status.code(), Some(0), "{command:?}: {}", stderr(&out));
+            let text = stdout(&out);
+            assert!(text.contains("--database-url"), "{command:?}: {text}");
+            assert!(
+                !text.contains(PASSWORD),
+                "{command:?} {help} shows it: {text}"
+            );
+        }
+    }
+}
+
+crate::postgres_only! {
+    /// The pool's own log line when it cannot open a connection (it keeps
+    /// retrying in the background) shows the URL without its password, at
+    /// any log level: a server started with a `password=` parameter whose
+    /// database then refuses every new connection.
+    fn a_password_in_the_database_url_is_never_logged_when_the_pool_cannot_reconnect() {
+        use orders_api::db::DatabaseUrl;
+
+        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+        // The test cluster trusts local connections: libpq sends no password.
+        let url = DatabaseUrl::parse(&format!("{}&password={PASSWORD}", db.url.as_str())).unwrap();
+        let pool = crate::process::prepare(&url);
+        let token = crate::process::create_token(&pool, "alice");
+        drop(pool);
+        let server = ServerProcess::start_with_env(&url, &[], &[("RUST_LOG", "trace")]);
+        let client = crate::net::Client::new(&server.address(), &token, Duration::from_secs(30));
+        assert_eq!(client.call("GET", "/v1/orders", None, None).unwrap().status, 200);
+
+        db.as_admin("ALTER DATABASE {db} ALLOW_CONNECTIONS false");
+        db.as_admin(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{db}' AND pid <> pg_backend_pid()",
+        );
+        // Each request needs a connection the pool then tries to open.
+        let logged = "cannot open a database connection; retrying";
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !server.log_text().contains(logged) {
+            assert!(std::time::Instant::now() < deadline, "the pool never said it could not connect");
+            let refused = client.call("GET", "/v1/orders", None, None).unwrap();
+            assert_eq!(refused.status, 503, "{}", refused.body);
+        }
+        db.as_admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true");
+
+        let log = server.log_text();
+        assert!(!log.contains(PASSWORD), "the log shows the password:\n{log}");
+        let line = log.lines().find(|l| l.contains(logged)).unwrap();
+        assert!(line.contains("password=***"), "the URL is named, its password hidden: {line}");
+    }
+}
+
+/// The commands that must not create the database, on each backend.
+mod existing_database {
+    use super::*;
+
+    both_backends! {
+        /// SPEC §2: `keys list`, `keys create`, `keys revoke` and `purge`
+        /// refuse a database that does not exist in one line, exit 1, and
+        /// create nothing — no file, no PostgreSQL database; `migrate` creates
+        /// it. Before, each of them created it (and migrated it), and `keys
+        /// list` printed an empty table and exited 0.
+        fn commands_other_than_migrate_and_serve_refuse_a_database_that_does_not_exist_and_create_none(backend) {
+            let db = TestDb::missing(backend);
+            for command in [&["keys", "list"][..], &["keys", "create", "bob"], &["keys", "revoke", "1"], &["purge"]] {
+                let out = orders_api(&db, command);
+                assert_one_line_failure(&out, "no database at ");
+            assert!(stderr(&out).contains(db.url.as_str()), "names the database: {}", stderr(&out));
+                assert!(stderr(&out).contains("`orders-api migrate` creates it"), "{}", stderr(&out));
+                assert_eq!(out.status.code(), Some(1), "{command:?}");
+                assert!(stdout(&out).is_empty(), "{command:?}: {}", stdout(&out));
+                assert!(!db.exists(), "{command:?} created the database");
+            }
+            let migrated = orders_api(&db, &["migrate"]);
+            assert!(migrated.status.success(), "{}", stderr(&migrated));
+            assert!(db.exists());
+            let listing = orders_api(&db, &["keys", "list"]);
+            assert!(listing.status.success(), "{}", stderr(&listing));
+        }
+
+        /// `keys list` only reads: on a database whose migrations are pending
+        /// it applies none, and says so in one line.
+        fn keys_list_refuses_a_database_with_pending_migrations_and_migrates_nothing(backend) {
+            let db = TestDb::empty(backend);
+            let out = orders_api(&db, &["keys", "list"]);
+            assert_one_line_failure(&out, "migration(s) pending): `orders-api keys list` only reads");
+            let migrated = any_migration_applied(&db);
+            assert!(!migrated, "keys list applied migrations");
+        }
+
+        /// The connection `keys list` reads with refuses every write: SQLite
+        /// opens the file read-only, PostgreSQL reads in a READ ONLY
+        /// transaction.
+        fn the_connection_keys_list_reads_with_refuses_every_write(backend) {
+            let db = TestDb::fresh(backend);
+            orders_api::db::run_migrations(&db.url).unwrap();
+            let write = db.url.read_only("a test", |conn| {
+                orders_api::dispatch!(conn, c, _s => diesel::RunQueryDsl::execute(
+                    diesel::sql_query(
+                        "INSERT INTO api_keys (user_id, token_hash, token_prefix, created_at) \
+                         VALUES ('mallory', 'h', 'p', '2026-01-01 00:00:00+00:00')",
+                    ),
+                    c,
+                ))
+            });
+            let err = write.expect_err("a write on the read-only connection").to_string();
+            assert!(err.contains("read") && err.contains("only"), "{err}");
+            let listing = stdout(&orders_api(&db, &["keys", "list"]));
+            assert!(!listing.contains("mallory"), "{listing}");
+        }
+    }
+}
+
+/// Whether `db` has the migrations table (any migration applied).
+fn any_migration_applied(db: &TestDb) -> bool {
+    use diesel::{Connection, RunQueryDsl};
+    #[derive(diesel::QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let query = match db.backend() {
+        orders_api::db::Backend::Sqlite => {
+            "SELECT count(*) AS n FROM sqlite_master WHERE name = '__diesel_schema_migrations'"
+        }
+        orders_api::db::Backend::Postgres => {
+            "SELECT count(*) AS n FROM pg_tables WHERE tablename = '__diesel_schema_migrations'"
+        }
+    };
+    let found = match db.backend() {
+        orders_api::db::Backend::Sqlite => {
+            let mut c = diesel::SqliteConnection::establish(db.url.as_str()).unwrap();
+            diesel::sql_query(query)
+                .get_result::<Found>(&mut c)
+                .unwrap()
+        }
+        orders_api::db::Backend::Postgres => {
+            let mut c = diesel::PgConnection::establish(db.url.as_str()).unwrap();
+            diesel::sql_query(query)
+                .get_result::<Found>(&mut c)
+                .unwrap()
+        }
+    };
+    found.n > 0
+}
+
+/// Each command's help says whether it creates the database.
+#[test]
+fn each_commands_help_says_whether_it_creates_the_database() {
+    for (command, says) in [
+        (
+            &["migrate"][..],
+            "creating the database when it does not exist",
+        ),
+        (&["serve"], "creating the database when it does not exist"),
+        (&["keys", "list"], "opens the database read-only"),
+        (
+            &["keys", "create"],
+            "Refuses a database that does not exist",
+        ),
+        (
+            &["keys", "revoke"],
+            "Refuses a database that does not exist",
+        ),
+        (&["purge"], "the database must exist"),
+    ] {
+        let out = run(orders_api_command().args(command).arg("--help"));
+        let help = stdout(&out)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(help.contains(says), "{command:?} --help: {help}");
+    }
 }

@@ -208,7 +208,7 @@ impl<'a> Client<'a> {
     }
 
     fn get_order(&self, id: &str) -> Value {
-        let client = crate::process::Client::new(
+        let client = crate::net::Client::new(
             &self.world.server.address(),
             &self.world.client.token,
             Duration::from_secs(30),
@@ -522,15 +522,12 @@ fn the_outbox_lives_in_the_users_data_directory_unless_named() {
 #[test]
 fn sync_against_a_server_that_never_answers_gives_up_at_its_max_wait_and_keeps_every_operation_pending()
  {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    // Accepts, keeps every connection open, answers nothing.
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            held.push(stream);
-        }
+    // Accepts, keeps every connection open until its client closes it,
+    // answers nothing.
+    let silent = crate::net::Front::start(|mut stream, _| {
+        let _ = std::io::copy(&mut stream, &mut std::io::sink());
     });
+    let address = silent.address();
     let client = ClientProcess {
         outbox: TempOutbox::new(),
         token: "unused".into(),

@@ -10,8 +10,9 @@ use orders_api::db::{Backend, Pool};
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::net::Client;
 use crate::process::{
-    Client, HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
+    HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
     prepare, wait_for_no_session_where, wait_for_session_where,
 };
 
@@ -258,64 +259,58 @@ both_backends! {
     }
 }
 
-/// The deterministic form of the takeover, on PostgreSQL: the request is
-/// killed while it certainly holds its key (its one statement — the key's
-/// advisory lock, the order and the entry — is blocked on an order row the
-/// test holds). The statement was sent whole, so once the row is released the
-/// server finishes it alone: its order and entry commit together or not at
-/// all, as after a kill that came just after a `COMMIT` was sent. Either way
-/// nothing holds the key after the restart: the first retry is answered at
-/// once — it runs (`201`) when nothing committed, or replays the killed
-/// request's recorded `201` — and the key has exactly one order.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    /// The deterministic form of the takeover, on PostgreSQL: the request is
+    /// killed while it certainly holds its key (its one statement — the key's
+    /// advisory lock, the order and the entry — is blocked on an order row the
+    /// test holds). The statement was sent whole, so once the row is released the
+    /// server finishes it alone: its order and entry commit together or not at
+    /// all, as after a kill that came just after a `COMMIT` was sent. Either way
+    /// nothing holds the key after the restart: the first retry is answered at
+    /// once — it runs (`201`) when nothing committed, or replays the killed
+    /// request's recorded `201` — and the key has exactly one order.
+    fn a_claim_held_by_a_killed_process_is_free_after_the_restart() {
+        let db = TestDb::fresh(Backend::Postgres);
+        let pool = prepare(&db.url);
+        let token = create_token(&pool, "alice");
+        let mut server = ServerProcess::start(&db.url, &[]);
+        let body = order_body("Widget", 2, "9.99");
+        let held = HeldOrderRow::hold(&db.url, "alice", "killed-holder");
+
+        let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
+        let cut = std::thread::scope(|s| {
+            let request = s.spawn(|| client.post_order("killed-holder", &body));
+            wait_for_session_where(&db.url, "wait_event_type = 'Lock'", Duration::from_secs(10));
+            server.kill();
+            request.join().expect("client thread")
+        });
+        assert!(
+            cut.is_err(),
+            "the request was killed before it could answer: {cut:?}"
+        );
+        held.release();
+
+        // The killed holder's statement ends by itself: nothing waits a lease.
+        wait_for_no_session_where(&db.url, "xact_start IS NOT NULL", Duration::from_secs(10));
+        let committed = (order_count(&pool), ledger_count(&pool));
+        assert!(
+            committed == (0, 0) || committed == (1, 1),
+            "the killed request's order and entry commit together or not at all: {committed:?}"
+        );
+
+        server.restart(&["--lease-secs", "1"]);
+        let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
+        let retry = client
+            .post_order("killed-holder", &body)
+            .expect("an answer after the restart");
+        let expected = if committed == (1, 1) { 200 } else { 201 };
+        assert_eq!(
+            retry.status, expected,
+            "the retry must be answered at once (run, or replay what committed): {}",
+            retry.body
+        );
+        let id = retry.json()["id"].as_str().expect("order id").to_owned();
+        assert_eq!(order_id_for_key(&pool, "alice", "killed-holder"), Some(id));
+        assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
     }
-    let db = TestDb::fresh(Backend::Postgres);
-    let pool = prepare(&db.url);
-    let token = create_token(&pool, "alice");
-    let mut server = ServerProcess::start(&db.url, &[]);
-    let body = order_body("Widget", 2, "9.99");
-    let held = HeldOrderRow::hold(&db.url, "alice", "killed-holder");
-
-    let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
-    let cut = std::thread::scope(|s| {
-        let request = s.spawn(|| client.post_order("killed-holder", &body));
-        wait_for_session_where(&db.url, "wait_event_type = 'Lock'", Duration::from_secs(10));
-        server.kill();
-        request.join().expect("client thread")
-    });
-    assert!(
-        cut.is_err(),
-        "the request was killed before it could answer: {cut:?}"
-    );
-    held.release();
-
-    // The killed holder's statement ends by itself: nothing waits a lease.
-    wait_for_no_session_where(&db.url, "xact_start IS NOT NULL", Duration::from_secs(10));
-    let committed = (order_count(&pool), ledger_count(&pool));
-    assert!(
-        committed == (0, 0) || committed == (1, 1),
-        "the killed request's order and entry commit together or not at all: {committed:?}"
-    );
-
-    server.restart(&["--lease-secs", "1"]);
-    let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
-    let retry = client
-        .post_order("killed-holder", &body)
-        .expect("an answer after the restart");
-    let expected = if committed == (1, 1) { 200 } else { 201 };
-    assert_eq!(
-        retry.status, expected,
-        "the retry must be answered at once (run, or replay what committed): {}",
-        retry.body
-    );
-    let id = retry.json()["id"].as_str().expect("order id").to_owned();
-    assert_eq!(order_id_for_key(&pool, "alice", "killed-holder"), Some(id));
-    assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
 }

@@ -9,13 +9,14 @@ fn repository() -> PathBuf {
         .unwrap()
 }
 
-/// Every Markdown file of the repository (not the build output).
+/// Every Markdown file of the repository (not the build output, nor npm's).
 fn markdown_files(dir: &Path, found: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if path.is_dir() {
-            if !name.starts_with('.') && name != "target" {
+            // Not the build output, nor the browser tests' installed npm packages.
+            if !name.starts_with('.') && name != "target" && name != "node_modules" {
                 markdown_files(&path, found);
             }
         } else if name.ends_with(".md") {

@@ -38,6 +38,21 @@ pub fn assert_problem(response: &TestResponse, status: u16, code: &str) {
             response.body
         );
     }
+    assert_names_its_request(response);
+}
+
+/// The problem's `instance` is `urn:request:` and the id of the request it
+/// answers, as in the `X-Request-Id` answer header.
+pub fn assert_names_its_request(response: &TestResponse) {
+    let request_id = response
+        .header("X-Request-Id")
+        .unwrap_or_else(|| panic!("no X-Request-Id on {}", response.body));
+    assert_eq!(
+        response.json()["instance"],
+        format!("urn:request:{request_id}"),
+        "a problem names its request as `instance`: {}",
+        response.body
+    );
 }
 
 /// A `422 VALIDATION_FAILED` whose `errors` name exactly `fields`, once each.
@@ -97,7 +112,8 @@ pub fn assert_replay_of(first: &TestResponse, replay: &TestResponse) {
     assert_eq!(replay.status, status, "{}", replay.body);
     assert_eq!(replay.header("Idempotent-Replayed"), Some("true"));
     assert_eq!(
-        replay.body, first.body,
+        replay.body,
+        recorded_body_answering(first, replay),
         "a replay carries the recorded body"
     );
     for name in ["Content-Type", "Location"] {
@@ -107,6 +123,25 @@ pub fn assert_replay_of(first: &TestResponse, replay: &TestResponse) {
             "{name} is replayed"
         );
     }
+}
+
+/// `first`'s body as a replay answering `replay`'s request carries it: the
+/// same bytes, except that a problem's `instance` names the request it
+/// answers (each answer's own `X-Request-Id`).
+pub fn recorded_body_answering(first: &TestResponse, replay: &TestResponse) -> String {
+    if first.header("Content-Type") != Some(PROBLEM_JSON) {
+        return first.body.clone();
+    }
+    let named = |r: &TestResponse| {
+        assert_names_its_request(r);
+        format!(
+            "\"urn:request:{}\"",
+            r.header("X-Request-Id").unwrap_or_default()
+        )
+    };
+    let (was, is) = (named(first), named(replay));
+    assert_eq!(first.body.matches(&was).count(), 1, "{}", first.body);
+    first.body.replace(&was, &is)
 }
 
 /// A fresh answer: the mutation ran for this request.

@@ -7,11 +7,13 @@
 //! - a connection lost during `COMMIT` answers `503`: the outcome is
 //!   unknown, and the retry with the same key replays the order when it
 //!   committed;
-//! - a commit waiting for a synchronous standby is never acknowledged
-//!   before the standby confirms it, however long past the lease it waits.
+//! - a commit waiting for a synchronous standby is waited for, however long
+//!   past the lease, and acknowledged only once it completes: no timeout of
+//!   the service cuts the wait short into a local-only commit answered
+//!   `201`.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -20,6 +22,7 @@ use diesel::{Connection, PgConnection, RunQueryDsl};
 use orders_api::db::{Backend, DatabaseUrl};
 
 use crate::helpers::*;
+use crate::net::Front;
 use crate::outage::PrivateCluster;
 use crate::process::{order_id_for_key, pg_sessions_where, wait_for_session_where};
 
@@ -44,41 +47,35 @@ fn end_sessions(db: &TestDb) {
     );
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_write_to_a_node_that_cannot_write_now_answers_503_with_retry_after_and_records_nothing() {
-    if !postgres_available() {
-        return;
-    }
-    // One connection: after the ended session, every request draws the new,
-    // read-only one.
-    let app = TestApp::spawn_with(Backend::Postgres, |s| s.pool_size = 1);
-    let body = order_body("Widget", 1, "2.50");
-    app.db
-        .as_admin("ALTER DATABASE {db} SET default_transaction_read_only = on");
-    // The server ends the pool's session (57P01, as a shutting-down or
-    // demoted primary does); the next ones are read-only (25006, as on a
-    // standby or a fenced primary).
-    end_sessions(&app.db);
-    for _ in 0..5 {
-        assert_retry_later(&app.post_order(Some("read-only"), &body));
-    }
-    assert_eq!(app.order_count(), 0);
-    assert_eq!(app.ledger_count(), 0);
+crate::postgres_only! {
+    fn a_write_to_a_node_that_cannot_write_now_answers_503_with_retry_after_and_records_nothing() {
+        // One connection: after the ended session, every request draws the new,
+        // read-only one.
+        let app = TestApp::spawn_with(Backend::Postgres, |s| s.pool_size = 1);
+        let body = order_body("Widget", 1, "2.50");
+        app.db
+            .as_admin("ALTER DATABASE {db} SET default_transaction_read_only = on");
+        // The server ends the pool's session (57P01, as a shutting-down or
+        // demoted primary does); the next ones are read-only (25006, as on a
+        // standby or a fenced primary).
+        end_sessions(&app.db);
+        for _ in 0..5 {
+            assert_retry_later(&app.post_order(Some("read-only"), &body));
+        }
+        assert_eq!(app.order_count(), 0);
+        assert_eq!(app.ledger_count(), 0);
 
-    // Writable again: the same key creates the order, once.
-    app.db
-        .as_admin("ALTER DATABASE {db} RESET default_transaction_read_only");
-    end_sessions(&app.db);
-    let created = (0..20)
-        .map(|_| app.post_order(Some("read-only"), &body))
-        .find(|r| r.status != 503)
-        .expect("writes come back once the database is writable");
-    assert_eq!(created.status, 201, "{}", created.body);
-    assert_eq!(app.order_count(), 1);
+        // Writable again: the same key creates the order, once.
+        app.db
+            .as_admin("ALTER DATABASE {db} RESET default_transaction_read_only");
+        end_sessions(&app.db);
+        let created = (0..20)
+            .map(|_| app.post_order(Some("read-only"), &body))
+            .find(|r| r.status != 503)
+            .expect("writes come back once the database is writable");
+        assert_eq!(created.status, 201, "{}", created.body);
+        assert_eq!(app.order_count(), 1);
+    }
 }
 
 /// A TCP relay in front of PostgreSQL that, once armed, passes the next
@@ -88,7 +85,7 @@ fn a_write_to_a_node_that_cannot_write_now_answers_503_with_retry_after_and_reco
 /// the service cannot know it. (`proxy.rs` is an HTTP front, one request per connection; this
 /// relays PostgreSQL's own protocol, so it is a different tool.)
 struct CommitCutter {
-    port: u16,
+    front: Front,
     armed: Arc<AtomicBool>,
 }
 
@@ -151,20 +148,14 @@ impl CommitWatch {
 
 impl CommitCutter {
     fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
-        let port = listener.local_addr().expect("relay address").port();
         let armed = Arc::new(AtomicBool::new(false));
         let arm = armed.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
+        let front = Front::start(move |client, _| {
+            if let Ok(server) = TcpStream::connect(&upstream) {
                 Self::relay(client, server, arm.clone());
             }
         });
-        Self { port, armed }
+        Self { front, armed }
     }
 
     fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>) {
@@ -234,95 +225,88 @@ pub(crate) fn through(url: &DatabaseUrl, port: u16) -> DatabaseUrl {
     DatabaseUrl::parse(&raw).expect("relayed URL")
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_connection_lost_during_commit_answers_503_and_the_retry_with_the_same_key_replays_the_order() {
-    if !postgres_available() {
-        return;
+crate::postgres_only! {
+    fn a_connection_lost_during_commit_answers_503_and_the_retry_with_the_same_key_replays_the_order() {
+        let db = TestDb::fresh(Backend::Postgres);
+        let cutter = CommitCutter::start(db.url.as_str()[authority(&db.url)].to_owned());
+        let relayed = through(&db.url, cutter.front.port);
+        let app = TestApp::spawn_on(db, |s| s.database_url = relayed);
+        let body = order_body("Widget", 3, "4.00");
+
+        cutter.arm();
+        let cut = app.post_order(Some("cut-commit"), &body);
+        // The commit went through, but the service could not know it: it says
+        // "retry", not "nothing happened" and not "created".
+        assert_retry_later(&cut);
+        assert_eq!(app.order_count(), 1, "the COMMIT reached the server");
+        let stored = order_id_for_key(&app.pool, "alice", "cut-commit").expect("the order is stored");
+
+        let retry = app.post_order(Some("cut-commit"), &body);
+        assert_eq!(retry.status, 200, "{}", retry.body);
+        assert_eq!(retry.header("Idempotent-Replayed"), Some("true"));
+        assert_eq!(retry.json()["id"], stored.as_str());
+        assert_eq!(app.order_count(), 1);
     }
-    let db = TestDb::fresh(Backend::Postgres);
-    let cutter = CommitCutter::start(db.url.as_str()[authority(&db.url)].to_owned());
-    let relayed = through(&db.url, cutter.port);
-    let app = TestApp::spawn_on(db, |s| s.database_url = relayed);
-    let body = order_body("Widget", 3, "4.00");
-
-    cutter.arm();
-    let cut = app.post_order(Some("cut-commit"), &body);
-    // The commit went through, but the service could not know it: it says
-    // "retry", not "nothing happened" and not "created".
-    assert_retry_later(&cut);
-    assert_eq!(app.order_count(), 1, "the COMMIT reached the server");
-    let stored = order_id_for_key(&app.pool, "alice", "cut-commit").expect("the order is stored");
-
-    let retry = app.post_order(Some("cut-commit"), &body);
-    assert_eq!(retry.status, 200, "{}", retry.body);
-    assert_eq!(retry.header("Idempotent-Replayed"), Some("true"));
-    assert_eq!(retry.json()["id"], stored.as_str());
-    assert_eq!(app.order_count(), 1);
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_commit_waiting_for_a_synchronous_standby_is_not_acknowledged_past_the_lease() {
-    if !postgres_available() {
-        return;
-    }
-    // A server of this test's own, durable, whose commits will wait for a
-    // synchronous standby that never connects.
-    let cluster = PrivateCluster::start_with_server_options("-c synchronous_commit=on");
-    let db = TestDb::fresh_postgres_on(&cluster.admin_url);
-    let lease = Duration::from_secs(1);
-    let app = TestApp::spawn_on(db, |s| s.lease_secs = lease.as_secs());
-    // From here on every commit with synchronous_commit on waits; the guard
-    // lets them go when the test ends, however it ends (dropped before the
-    // app, whose database cannot be dropped while a standby is required).
-    let standby = AbsentStandby::require(&cluster.admin_url);
-    let (tx, rx) = mpsc::channel();
-    let (address, token) = (app.address.clone(), app.token.clone());
-    let body = order_body("Widget", 1, "1.00");
-    let request_body = body.clone();
-    std::thread::spawn(move || {
-        let client = crate::process::Client::new(&address, &token, Duration::from_secs(120));
-        let _ = tx.send(client.post_order("sync-wait", &request_body));
-    });
-    // The request's COMMIT waits for the standby ...
-    wait_for_session_where(
-        &app.db.url,
-        "wait_event = 'SyncRep'",
-        Duration::from_secs(30),
-    );
-    // ... and still does, unanswered, well past the lease (which bounds
-    // every statement: it must not cancel the wait into a local-only
-    // commit answered 201).
-    std::thread::sleep(lease * 3);
-    assert_eq!(
-        pg_sessions_where(&app.db.url, "wait_event = 'SyncRep'"),
-        1,
-        "the commit stopped waiting for the standby"
-    );
-    assert!(
-        matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty)),
-        "the request was answered before the standby confirmed its commit"
-    );
+crate::postgres_only! {
+    /// The contract (a commit already under way is waited for, and no
+    /// timeout of the service's turns a cancelled commit into an
+    /// acknowledgement): a commit that waits for a synchronous standby is
+    /// still unanswered well past the lease, still waiting, and is answered
+    /// `201` once it completes — after the lease, as the contract wants.
+    fn a_commit_waiting_for_a_synchronous_standby_is_waited_for_past_the_lease_and_acknowledged_only_once_it_completes() {
+        // A server of this test's own, durable, whose commits will wait for a
+        // synchronous standby that never connects.
+        let cluster = PrivateCluster::start_with_server_options("-c synchronous_commit=on");
+        let db = TestDb::fresh_postgres_on(&cluster.admin_url);
+        let lease = Duration::from_secs(1);
+        let app = TestApp::spawn_on(db, |s| s.lease_secs = lease.as_secs());
+        // From here on every commit with synchronous_commit on waits; the guard
+        // lets them go when the test ends, however it ends (dropped before the
+        // app, whose database cannot be dropped while a standby is required).
+        let standby = AbsentStandby::require(&cluster.admin_url);
+        let (tx, rx) = mpsc::channel();
+        let (address, token) = (app.address.clone(), app.token.clone());
+        let body = order_body("Widget", 1, "1.00");
+        let request_body = body.clone();
+        std::thread::spawn(move || {
+            let client = crate::net::Client::new(&address, &token, Duration::from_secs(120));
+            let _ = tx.send(client.post_order("sync-wait", &request_body));
+        });
+        // The request's COMMIT waits for the standby ...
+        wait_for_session_where(
+            &app.db.url,
+            "wait_event = 'SyncRep'",
+            Duration::from_secs(30),
+        );
+        // ... and still does, unanswered, well past the lease (which bounds
+        // every statement: it must not cancel the wait into a local-only
+        // commit answered 201).
+        std::thread::sleep(lease * 3);
+        assert_eq!(
+            pg_sessions_where(&app.db.url, "wait_event = 'SyncRep'"),
+            1,
+            "the commit stopped waiting for the standby"
+        );
+        assert!(
+            matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty)),
+            "the request was answered before the standby confirmed its commit"
+        );
 
-    // No synchronous standby any more: the commit completes, and only now
-    // is it acknowledged.
-    drop(standby);
-    let created = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the request was answered")
-        .expect("an HTTP answer");
-    assert_eq!(created.status, 201, "{}", created.body);
-    assert_eq!(app.order_count(), 1);
-    let replay = app.post_order(Some("sync-wait"), &body);
-    assert_eq!(replay.status, 200, "{}", replay.body);
-    assert_eq!(replay.json()["id"], created.json()["id"]);
+        // No synchronous standby any more: the commit completes, and only now
+        // is it acknowledged.
+        drop(standby);
+        let created = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the request was answered")
+            .expect("an HTTP answer");
+        assert_eq!(created.status, 201, "{}", created.body);
+        assert_eq!(app.order_count(), 1);
+        let replay = app.post_order(Some("sync-wait"), &body);
+        assert_eq!(replay.status, 200, "{}", replay.body);
+        assert_eq!(replay.json()["id"], created.json()["id"]);
+    }
 }
 
 /// A synchronous standby that never connects, required while this lives:

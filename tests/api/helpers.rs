@@ -22,8 +22,8 @@ pub const TEST_DATABASE_URL: &str = "TEST_DATABASE_URL";
 /// The PostgreSQL copy is reported as ignored when `TEST_DATABASE_URL` was
 /// unset when the tests were built (`build.rs` sets `postgres_tests_ignored`;
 /// `cargo test` rebuilds when the variable changes), and fails instead when
-/// `CI` is set: CI never skips a backend. A PostgreSQL-only test carries the
-/// same `cfg_attr` and starts with [`postgres_available`].
+/// `CI` is set: CI never skips a backend. A copy compiled to run never
+/// passes without running (see [`require_postgres`]).
 #[macro_export]
 macro_rules! both_backends {
     ($( $(#[$meta:meta])* fn $name:ident($backend:ident) $body:block )*) => {
@@ -38,36 +38,57 @@ macro_rules! both_backends {
         mod postgres {
             #[allow(unused_imports)]
             use super::*;
-            $( $(#[$meta])* #[test]
-            #[cfg_attr(postgres_tests_ignored, ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests")]
-            fn $name() {
-                if !$crate::helpers::postgres_available() { return; }
-                let $backend = orders_api::db::Backend::Postgres;
-                $body
-            } )*
+            $crate::postgres_only! {
+                $( $(#[$meta])* fn $name() {
+                    let $backend = orders_api::db::Backend::Postgres;
+                    $body
+                } )*
+            }
         }
     };
 }
 
-/// Whether the PostgreSQL copies can run; panics in CI when they cannot.
-/// (Built with `TEST_DATABASE_URL` set but run without it, they pass without
-/// running, with a note.)
-pub fn postgres_available() -> bool {
-    cluster_url(TEST_DATABASE_URL).is_some()
+/// Declares PostgreSQL-only tests: each is reported as ignored when
+/// `TEST_DATABASE_URL` was unset at build time (and not in CI), and
+/// otherwise starts with [`require_postgres`].
+#[macro_export]
+macro_rules! postgres_only {
+    ($( $(#[$meta:meta])* fn $name:ident() $body:block )*) => {
+        $( $(#[$meta])* #[test]
+        #[cfg_attr(postgres_tests_ignored, ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests")]
+        fn $name() {
+            $crate::helpers::require_postgres();
+            $body
+        } )*
+    };
+}
+
+/// The first line of every PostgreSQL test compiled to run: it fails, with
+/// what to do, when `TEST_DATABASE_URL` is not set now.
+///
+/// Whether a PostgreSQL test runs is decided when the suite is built
+/// (`build.rs`): `cargo test` rebuilds when the variable changes, so it
+/// reports them ignored without the variable. A test binary built with it
+/// and then run without it (by hand, or copied elsewhere) can no longer mark
+/// a test ignored — libtest decides that before the test starts — and
+/// returning early would count it as passed: so it fails.
+pub fn require_postgres() {
+    require_cluster(TEST_DATABASE_URL);
 }
 
 /// The admin URL of the PostgreSQL cluster that the environment variable
-/// `var` names; `None` (with a note) when it is unset, a panic in CI, where
-/// no test may be skipped.
-pub fn cluster_url(var: &str) -> Option<String> {
-    if let Ok(url) = std::env::var(var) {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-        panic!("CI is set but {var} is not: this PostgreSQL test must run in CI");
-    }
-    eprintln!("note: {var} is not set; skipping this PostgreSQL test");
-    None
+/// `var` names; a failure, never a silent pass, when it is unset.
+pub fn require_cluster(var: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{var} is not set, but this test binary was built to run its PostgreSQL tests \
+             (built with {var} or CI set): set {var} to a PostgreSQL server whose user may \
+             create databases, or rebuild without it to have these tests reported ignored"
+            )
+        })
 }
 
 /// A database that exists only for one test and is removed afterwards.
@@ -78,7 +99,12 @@ pub struct TestDb {
 
 enum Cleanup {
     Files(PathBuf),
-    Database { admin_url: String, name: String },
+    Database {
+        admin_url: String,
+        name: String,
+    },
+    /// Another handle removes it.
+    Nothing,
 }
 
 impl TestDb {
@@ -159,6 +185,50 @@ impl TestDb {
     pub fn backend(&self) -> Backend {
         self.url.backend()
     }
+
+    /// Whether the database exists: the SQLite file (or its `-wal` or
+    /// `-shm`), or a PostgreSQL database of this name on the cluster.
+    pub fn exists(&self) -> bool {
+        match &self.cleanup {
+            Cleanup::Files(path) => ["", "-wal", "-shm"].iter().any(|suffix| {
+                std::path::Path::new(&format!("{}{suffix}", path.display())).exists()
+            }),
+            Cleanup::Database { admin_url, name } => {
+                #[derive(diesel::QueryableByName)]
+                struct Count {
+                    #[diesel(sql_type = diesel::sql_types::BigInt)]
+                    n: i64,
+                }
+                let mut admin = PgConnection::establish(admin_url).expect("connect to the cluster");
+                diesel::sql_query("SELECT count(*) AS n FROM pg_database WHERE datname = $1")
+                    .bind::<diesel::sql_types::Text, _>(name)
+                    .get_result::<Count>(&mut admin)
+                    .expect("read pg_database")
+                    .n
+                    > 0
+            }
+            Cleanup::Nothing => panic!("ask the handle that removes the database"),
+        }
+    }
+
+    /// An empty database: an empty SQLite file, or a PostgreSQL database
+    /// without tables (what [`TestDb::fresh`] makes there).
+    pub fn empty(backend: Backend) -> Self {
+        let db = Self::fresh(backend);
+        if let Cleanup::Files(path) = &db.cleanup {
+            std::fs::File::create(path).expect("create an empty SQLite file");
+        }
+        db
+    }
+
+    /// The same database, for a second server (a restart); this handle
+    /// removes nothing, the first one does.
+    pub fn again(&self) -> Self {
+        Self {
+            url: self.url.clone(),
+            cleanup: Cleanup::Nothing,
+        }
+    }
 }
 
 impl Drop for TestDb {
@@ -169,6 +239,7 @@ impl Drop for TestDb {
                     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
                 }
             }
+            Cleanup::Nothing => {}
             Cleanup::Database { admin_url, name } => {
                 if let Ok(mut admin) = PgConnection::establish(admin_url) {
                     let _ =
@@ -182,7 +253,7 @@ impl Drop for TestDb {
 
 /// `TEST_DATABASE_URL`: a PostgreSQL server whose user may create databases.
 pub fn test_database_url() -> String {
-    std::env::var(TEST_DATABASE_URL).expect("TEST_DATABASE_URL")
+    require_cluster(TEST_DATABASE_URL)
 }
 
 /// `url` with its database name replaced by `name`.
@@ -203,9 +274,11 @@ pub struct TestApp {
     /// The server's own pool, for assertions on the stored state.
     pub pool: Pool,
     pub settings: Settings,
-    agent: ureq::Agent,
+    client: crate::net::Client,
     handle: Option<ServerHandle>,
     thread: Option<JoinHandle<()>>,
+    /// How the server stopped (its error's words), once it has.
+    stopped: std::sync::Mutex<mpsc::Receiver<Result<(), String>>>,
     // Dropped last: the database outlives the server.
     pub db: TestDb,
 }
@@ -230,6 +303,7 @@ impl TestApp {
         let pool = orders_api::db::connect(&settings.database_url, &settings.pool_options())
             .expect("pool");
         let (tx, rx) = mpsc::channel();
+        let (stopped_tx, stopped) = mpsc::channel();
         let (server_settings, server_pool) = (settings.clone(), pool.clone());
         let thread = std::thread::spawn(move || {
             let system = actix_web::rt::System::new();
@@ -238,21 +312,24 @@ impl TestApp {
                 tx.send((app.port(), app.handle())).expect("report port");
                 app.run_until_stopped().await
             });
-            if let Err(e) = result {
+            if let Err(e) = &result {
                 eprintln!("test server stopped with {e}");
             }
+            let _ = stopped_tx.send(result.map_err(|e| e.to_string()));
         });
         let (port, handle) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("server started");
+        let address = format!("http://127.0.0.1:{port}");
         let mut app = Self {
-            address: format!("http://127.0.0.1:{port}"),
+            client: crate::net::Client::anonymous(&address, Duration::from_secs(60)),
+            address,
             token: String::new(),
             pool,
             settings,
-            agent: agent(),
             handle: Some(handle),
             thread: Some(thread),
+            stopped: std::sync::Mutex::new(stopped),
             db,
         };
         app.token = app.create_token("alice");
@@ -265,7 +342,8 @@ impl TestApp {
         orders_api::auth::create(&mut pooled.conn(), user_id).expect("create key")
     }
 
-    /// Any request, with the caller's headers only.
+    /// Any request, with the caller's headers only. Panics when no whole
+    /// answer arrived ([`crate::net::Client`] reports that instead).
     pub fn request(
         &self,
         method: &str,
@@ -273,13 +351,9 @@ impl TestApp {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> TestResponse {
-        send(
-            &self.agent,
-            method,
-            &format!("{}{path}", self.address),
-            headers,
-            body,
-        )
+        self.client
+            .request(method, path, headers, body)
+            .expect("the server answered")
     }
 
     /// A request as a well-behaved client sends it: alice's token, and JSON
@@ -302,19 +376,23 @@ impl TestApp {
         key: Option<&str>,
         body: Option<&str>,
     ) -> TestResponse {
-        let auth = format!("Bearer {token}");
-        let mut headers = vec![("Authorization", auth.as_str())];
-        if let Some(key) = key {
-            headers.push(("Idempotency-Key", key));
-        }
-        if body.is_some() {
-            headers.push(("Content-Type", "application/json"));
-        }
-        self.request(method, path, &headers, body)
+        self.client
+            .call_as(token, method, path, key, body)
+            .expect("the server answered")
     }
 
     pub fn post_order(&self, key: Option<&str>, body: &str) -> TestResponse {
         self.call("POST", "/v1/orders", key, Some(body))
+    }
+
+    /// How the server stopped by itself (`Err` with its error's words);
+    /// panics when it is still serving after `patience`.
+    pub fn wait_until_stopped(&self, patience: Duration) -> Result<(), String> {
+        self.stopped
+            .lock()
+            .expect("the stop report")
+            .recv_timeout(patience)
+            .expect("the server stopped by itself")
     }
 
     /// Orders stored, for every user.
@@ -338,23 +416,6 @@ impl Drop for TestApp {
             let _ = thread.join();
         }
     }
-}
-
-/// An HTTP client that hands every status back instead of failing on 4xx/5xx.
-pub fn agent() -> ureq::Agent {
-    crate::process::agent(Duration::from_secs(60))
-}
-
-/// One request with `agent`; the whole response read. Panics when no whole
-/// answer arrived ([`crate::process::try_send`] reports that instead).
-pub fn send(
-    agent: &ureq::Agent,
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> TestResponse {
-    crate::process::try_send(agent, method, url, headers, body).expect("the server answered")
 }
 
 /// A response, read whole: the runner's [`orders_atk::wire::Response`]

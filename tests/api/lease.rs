@@ -243,71 +243,105 @@ fn with_key_held<T: Send>(
     })
 }
 
-/// CONTRACT §4: "same key while the first is still running → the
-/// duplicate waits for the first to finish, without holding a database
-/// connection for the wait, and gets its replay". PostgreSQL, across
-/// ledgers (as across processes: the holder's key is not in the server's
-/// own in-flight set): the duplicate finds the advisory lock taken, rolls
-/// back and looks again later — no session of it waits on a lock — and
-/// replays the holder's answer once that commits, here after 3 s, longer
-/// than the 2 s lock wait after which it used to be refused `409`.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_duplicate_of_a_claim_held_elsewhere_waits_without_a_lock_and_replays_the_holders_answer() {
-    if !postgres_available() {
-        return;
-    }
-    let app = TestApp::spawn(orders_api::db::Backend::Postgres);
-    let body = order_body("Widget", 2, "9.99");
-    let request = CreateRequest::new("held-key", &body);
+crate::postgres_only! {
+    /// CONTRACT §4: "same key while the first is still running → the
+    /// duplicate waits for the first to finish, without holding a database
+    /// connection for the wait, and gets its replay". PostgreSQL, across
+    /// ledgers (as across processes: the holder's key is not in the server's
+    /// own in-flight set): the duplicate finds the advisory lock taken, rolls
+    /// back and looks again later — no session of it waits on a lock (a
+    /// session that did would show it in `pg_stat_activity` at once, and be
+    /// refused `409` when `lock_timeout` fired) — and replays the holder's
+    /// answer once that commits.
+    fn a_duplicate_of_a_claim_held_elsewhere_waits_without_a_lock_and_replays_the_holders_answer() {
+        // Waiting far longer than the test holds the key: however slow the
+        // machine, the duplicate is still waiting when it is looked at.
+        let app = TestApp::spawn_with(orders_api::db::Backend::Postgres, |s| {
+            s.idempotency_wait_secs = 120;
+        });
+        let body = order_body("Widget", 2, "9.99");
+        let request = CreateRequest::new("held-key", &body);
 
-    let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) =
-            with_key_held(app.settings.ledger(app.pool.clone()), &request, || {
+        let (held, waiting) = std::thread::scope(|s| {
+            let ledger = app.settings.ledger(app.pool.clone());
+            let (held, waiting) = with_key_held(ledger, &request, || {
                 let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
-                std::thread::sleep(Duration::from_secs(3));
+                // The duplicate tried the key's lock and let its session go
+                // (idle after the try) — or it waits on a lock.
+                crate::process::wait_for_session_where(
+                    &app.db.url,
+                    "(state = 'idle' AND query LIKE '%pg_try_advisory_xact_lock%') \
+                     OR wait_event_type = 'Lock'",
+                    Duration::from_secs(30),
+                );
                 assert_eq!(
                     crate::process::pg_sessions_where(&app.db.url, "wait_event_type = 'Lock'"),
                     0,
                     "the duplicate waits on a lock"
                 );
+                assert!(!waiting.is_finished(), "the duplicate did not wait for the holder");
                 assert_eq!(app.order_count(), 0, "the waiting request created nothing");
                 waiting
             });
-        (held, waiting.join().expect("waiting client"))
-    });
+            (held, waiting.join().expect("waiting client"))
+        });
 
-    let Ok(Outcome::Executed(original)) = held else {
-        panic!("the holder did not run: {held:?}")
-    };
-    assert_eq!(waiting.status, 200, "{}", waiting.body);
-    assert_eq!(waiting.header("Idempotent-Replayed"), Some("true"));
-    assert_eq!(waiting.body.as_bytes(), original.body.as_slice());
-    assert_eq!(waiting.header("Location"), header(&original, "location"));
-    assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+        let Ok(Outcome::Executed(original)) = held else {
+            panic!("the holder did not run: {held:?}")
+        };
+        assert_eq!(waiting.status, 200, "{}", waiting.body);
+        assert_eq!(waiting.header("Idempotent-Replayed"), Some("true"));
+        assert_eq!(waiting.body.as_bytes(), original.body.as_slice());
+        assert_eq!(waiting.header("Location"), header(&original, "location"));
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
 }
 
+/// SQLite's own default busy timeout: a writer that waited only this long
+/// for another connection's write lock would fail ("database is locked").
+const SQLITE_DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// CONTRACT §4: "…or, where the server chooses to wait briefly for the first to
-/// finish, its replay. Never a second execution, never a 5xx." SQLite only:
-/// the duplicate waits for the file's write lock for as long as the holder
-/// may keep it (its lease), then replays — even when the holder keeps it
-/// longer than SQLite's usual 5 s busy timeout.
+/// finish, its replay. Never a second execution, never a 5xx." SQLite only,
+/// across processes: the key is held by a writer outside the server (a pool
+/// of the test's own on the same file: its own connection, holding
+/// `BEGIN IMMEDIATE` with the create inside), so the server's writer waits
+/// on SQLite's file lock — for as long as the holder may keep it (its
+/// lease), longer than SQLite's default busy timeout — then replays the
+/// holder's answer. (Held through the server's own writer, as this test
+/// once was, the request only queued behind it and never met the lock.)
 #[test]
-fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_answer() {
+fn on_sqlite_a_request_whose_key_is_held_elsewhere_waits_on_the_file_lock_past_the_busy_timeout_and_replays()
+ {
     let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
     let request = CreateRequest::new("held-key", &order_body("Widget", 2, "9.99"));
+    // Another process's writer, as far as the server can tell.
+    let elsewhere = pool(&app.db, Duration::from_secs(30));
+    let ledger = ledger(&elsewhere, Duration::from_secs(30));
 
     let (held, waiting) = std::thread::scope(|s| {
-        let (held, waiting) =
-            with_key_held(app.settings.ledger(app.pool.clone()), &request, || {
-                let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
-                // Longer than SQLite's default busy timeout, well within the lease.
-                std::thread::sleep(Duration::from_secs(6));
-                waiting
-            });
+        let (held, waiting) = with_key_held(ledger, &request, || {
+            assert!(
+                app.pool.writer_stats().is_none(),
+                "the server has written already"
+            );
+            let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
+            // The request reached the server's writer, whose transaction
+            // waits for the file's write lock ...
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while app.pool.writer_stats().is_none() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the request never reached the writer"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // ... held from here for longer than SQLite's default busy
+            // timeout: this duration is what the test is about.
+            std::thread::sleep(SQLITE_DEFAULT_BUSY_TIMEOUT + Duration::from_secs(1));
+            assert!(!waiting.is_finished(), "answered while the file was locked");
+            waiting
+        });
         // The holder has committed; now the waiting request can finish.
         (held, waiting.join().expect("waiting client"))
     });
@@ -321,60 +355,54 @@ fn on_sqlite_a_request_whose_key_is_held_waits_for_the_holder_and_replays_its_an
     assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
 }
 
-/// CONTRACT §4: a holder that hangs past its lease loses its key, the next
-/// request takes the key over and runs, and the hung holder can never commit
-/// afterwards: one execution in all. PostgreSQL only: the server ends a
-/// session idle in its transaction for longer than the lease, which releases
-/// the key's advisory lock while the holder still hangs.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
-    if !postgres_available() {
-        return;
-    }
-    let lease = Duration::from_secs(1);
-    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
-    let pool = pool(&db, lease);
-    let ledger = ledger(&pool, lease);
-    let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
+crate::postgres_only! {
+    /// CONTRACT §4: a holder that hangs past its lease loses its key, the next
+    /// request takes the key over and runs, and the hung holder can never commit
+    /// afterwards: one execution in all. PostgreSQL only: the server ends a
+    /// session idle in its transaction for longer than the lease, which releases
+    /// the key's advisory lock while the holder still hangs.
+    fn a_hung_holder_is_taken_over_after_its_lease_and_never_commits_afterwards() {
+        let lease = Duration::from_secs(1);
+        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+        let pool = pool(&db, lease);
+        let ledger = ledger(&pool, lease);
+        let request = CreateRequest::new("hung-holder", &order_body("Widget", 2, "9.99"));
 
-    let (hung, (taken_over, in_progress)) = with_key_held(ledger.clone(), &request, || {
-        // The holder hangs until the takeover is done.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut in_progress = 0;
-        let taken_over = loop {
-            assert!(Instant::now() < deadline, "the key was never taken over");
-            match ledger.execute_blocking(request.ledger(), request.unit(&Arc::default())) {
-                Ok(Outcome::InProgress) => {
-                    in_progress += 1;
-                    std::thread::sleep(Duration::from_millis(100));
+        let (hung, (taken_over, in_progress)) = with_key_held(ledger.clone(), &request, || {
+            // The holder hangs until the takeover is done.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut in_progress = 0;
+            let taken_over = loop {
+                assert!(Instant::now() < deadline, "the key was never taken over");
+                match ledger.execute_blocking(request.ledger(), request.unit(&Arc::default())) {
+                    Ok(Outcome::InProgress) => {
+                        in_progress += 1;
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Ok(Outcome::Executed(response)) => break response,
+                    other => panic!("a request waiting for a held key got {other:?}"),
                 }
-                Ok(Outcome::Executed(response)) => break response,
-                other => panic!("a request waiting for a held key got {other:?}"),
-            }
-        };
-        (taken_over, in_progress)
-    });
+            };
+            (taken_over, in_progress)
+        });
 
-    eprintln!("answered in progress {in_progress} time(s) before the takeover");
-    assert!(
-        matches!(
-            hung,
-            Err(LedgerError::LeaseExpired | LedgerError::Unavailable(_))
-        ),
-        "the hung holder must not succeed after a takeover: {hung:?}"
-    );
-    assert_eq!(order_count(&pool), 1, "one execution in all");
-    assert_eq!(ledger_count(&pool), 1);
-    assert_eq!(
-        order_id_for_key(&pool, USER, "hung-holder"),
-        Some(order_id_in(&taken_over))
-    );
-    let replay = ledger.execute_blocking(request.ledger(), |_| -> Result<Completion, Failed> {
-        panic!("a recorded key must not run again")
-    });
-    assert_eq!(replay.ok(), Some(Outcome::Replayed(taken_over)));
+        eprintln!("answered in progress {in_progress} time(s) before the takeover");
+        assert!(
+            matches!(
+                hung,
+                Err(LedgerError::LeaseExpired | LedgerError::Unavailable(_))
+            ),
+            "the hung holder must not succeed after a takeover: {hung:?}"
+        );
+        assert_eq!(order_count(&pool), 1, "one execution in all");
+        assert_eq!(ledger_count(&pool), 1);
+        assert_eq!(
+            order_id_for_key(&pool, USER, "hung-holder"),
+            Some(order_id_in(&taken_over))
+        );
+        let replay = ledger.execute_blocking(request.ledger(), |_| -> Result<Completion, Failed> {
+            panic!("a recorded key must not run again")
+        });
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(taken_over)));
+    }
 }

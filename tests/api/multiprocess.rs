@@ -9,8 +9,9 @@ use orders_api::db::Backend;
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::net::Client;
 use crate::process::{
-    Client, HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
+    HeldOrderRow, ServerProcess, create_token, ledger_count, order_count, order_id_for_key,
     prepare, wait_for_session_where,
 };
 use crate::race::assert_ran_once;
@@ -100,71 +101,65 @@ both_backends! {
     }
 }
 
-/// CONTRACT §4: "a claim whose holder died (process killed mid-request) blocks
-/// its key for at most IDEMPOTENCY_LEASE_SECS; after that the next request
-/// with that key takes it over and runs" — here the next request goes to the
-/// other process, which never restarts. The first process is killed while
-/// its request certainly holds the key (its one statement blocked on an order
-/// row the test holds, with the key's advisory lock taken). That statement was
-/// sent whole, so once the row is released the server may finish it alone
-/// (its order and entry together); the other process then replays it, or
-/// runs the key itself when nothing committed — never a second order.
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_claim_held_by_a_killed_process_is_taken_over_by_the_other_process() {
-    if !postgres_available() {
-        return;
-    }
-    let db = TestDb::fresh(Backend::Postgres);
-    let pool = prepare(&db.url);
-    let token = create_token(&pool, "alice");
-    let mut doomed = ServerProcess::start(&db.url, &[]);
-    let survivor = ServerProcess::start(&db.url, &["--lease-secs", "2"]);
-    let body = order_body("Widget", 1, "7.00");
-    let held = HeldOrderRow::hold(&db.url, "alice", "orphaned-claim");
+crate::postgres_only! {
+    /// CONTRACT §4: "a claim whose holder died (process killed mid-request) blocks
+    /// its key for at most IDEMPOTENCY_LEASE_SECS; after that the next request
+    /// with that key takes it over and runs" — here the next request goes to the
+    /// other process, which never restarts. The first process is killed while
+    /// its request certainly holds the key (its one statement blocked on an order
+    /// row the test holds, with the key's advisory lock taken). That statement was
+    /// sent whole, so once the row is released the server may finish it alone
+    /// (its order and entry together); the other process then replays it, or
+    /// runs the key itself when nothing committed — never a second order.
+    fn a_claim_held_by_a_killed_process_is_taken_over_by_the_other_process() {
+        let db = TestDb::fresh(Backend::Postgres);
+        let pool = prepare(&db.url);
+        let token = create_token(&pool, "alice");
+        let mut doomed = ServerProcess::start(&db.url, &[]);
+        let survivor = ServerProcess::start(&db.url, &["--lease-secs", "2"]);
+        let body = order_body("Widget", 1, "7.00");
+        let held = HeldOrderRow::hold(&db.url, "alice", "orphaned-claim");
 
-    let doomed_client = Client::new(&doomed.address(), &token, Duration::from_secs(30));
-    let cut = std::thread::scope(|s| {
-        let request = s.spawn(|| doomed_client.post_order("orphaned-claim", &body));
-        wait_for_session_where(&db.url, "wait_event_type = 'Lock'", Duration::from_secs(10));
-        doomed.kill();
-        request.join().expect("client thread")
-    });
-    assert!(
-        cut.is_err(),
-        "the request was killed before it could answer: {cut:?}"
-    );
-    held.release();
-
-    // Retried at the surviving process: in progress at most for a lease, then it runs.
-    let client = Client::new(&survivor.address(), &token, Duration::from_secs(30));
-    // Bounded well beyond the survivor's 2 s lease.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let answer = loop {
-        let r = client
-            .post_order("orphaned-claim", &body)
-            .expect("the surviving process answers");
-        if r.status != 409 {
-            break r;
-        }
-        crate::race::assert_in_progress(&r);
+        let doomed_client = Client::new(&doomed.address(), &token, Duration::from_secs(30));
+        let cut = std::thread::scope(|s| {
+            let request = s.spawn(|| doomed_client.post_order("orphaned-claim", &body));
+            wait_for_session_where(&db.url, "wait_event_type = 'Lock'", Duration::from_secs(10));
+            doomed.kill();
+            request.join().expect("client thread")
+        });
         assert!(
-            Instant::now() < deadline,
-            "the orphaned claim was never taken over"
+            cut.is_err(),
+            "the request was killed before it could answer: {cut:?}"
         );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        answer.status == 201
-            || (answer.status == 200 && answer.header("idempotent-replayed").is_some()),
-        "run, or a replay of what the killed request committed: {} {}",
-        answer.status,
-        answer.body
-    );
-    let id = answer.json()["id"].as_str().expect("order id").to_owned();
-    assert_eq!(order_id_for_key(&pool, "alice", "orphaned-claim"), Some(id));
-    assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
+        held.release();
+
+        // Retried at the surviving process: in progress at most for a lease, then it runs.
+        let client = Client::new(&survivor.address(), &token, Duration::from_secs(30));
+        // Bounded well beyond the survivor's 2 s lease.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answer = loop {
+            let r = client
+                .post_order("orphaned-claim", &body)
+                .expect("the surviving process answers");
+            if r.status != 409 {
+                break r;
+            }
+            crate::race::assert_in_progress(&r);
+            assert!(
+                Instant::now() < deadline,
+                "the orphaned claim was never taken over"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(
+            answer.status == 201
+                || (answer.status == 200 && answer.header("idempotent-replayed").is_some()),
+            "run, or a replay of what the killed request committed: {} {}",
+            answer.status,
+            answer.body
+        );
+        let id = answer.json()["id"].as_str().expect("order id").to_owned();
+        assert_eq!(order_id_for_key(&pool, "alice", "orphaned-claim"), Some(id));
+        assert_eq!((order_count(&pool), ledger_count(&pool)), (1, 1));
+    }
 }

@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use crate::both_backends;
 use crate::helpers::*;
-use crate::process::{self, Client, ServerProcess};
+use crate::net::Client;
+use crate::process::{self, ServerProcess};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -70,15 +71,9 @@ fn scrape(server: &ServerProcess) -> BTreeMap<(String, BTreeMap<String, String>)
 /// The text of `/metrics` of a server in its own process (metrics are
 /// process-wide, so no other test's requests are counted).
 pub(crate) fn scrape_text(server: &ServerProcess) -> String {
-    let agent = process::agent(TIMEOUT);
-    let res = process::try_send(
-        &agent,
-        "GET",
-        &format!("{}/metrics", server.address()),
-        &[],
-        None,
-    )
-    .expect("/metrics answers");
+    let res = crate::net::Client::anonymous(&server.address(), TIMEOUT)
+        .get("/metrics")
+        .expect("/metrics answers");
     assert_eq!(res.status, 200);
     assert!(
         res.header("Content-Type")
@@ -111,7 +106,7 @@ fn database(backend: orders_api::db::Backend) -> (TestDb, orders_api::db::Pool, 
     (db, pool, token)
 }
 
-fn remove_last_migration_record(app: &TestApp) -> String {
+pub(crate) fn remove_last_migration_record(app: &TestApp) -> String {
     #[derive(diesel::QueryableByName)]
     struct Version {
         #[diesel(sql_type = diesel::sql_types::Text)]
@@ -134,7 +129,7 @@ fn remove_last_migration_record(app: &TestApp) -> String {
     version
 }
 
-fn restore_migration_record(app: &TestApp, version: &str) {
+pub(crate) fn restore_migration_record(app: &TestApp, version: &str) {
     let mut pooled = app.pool.get().unwrap();
     let insert = format!("INSERT INTO __diesel_schema_migrations (version) VALUES ('{version}')");
     match pooled.conn() {
@@ -299,21 +294,18 @@ both_backends! {
     fn json_request_logs_carry_request_id_user_and_outcome_and_never_a_token_or_a_body(backend) {
         let (db, _pool, token) = database(backend);
         let server = ServerProcess::start_with_env(&db.url, &[], &[("LOG_FORMAT", "json"), ("RUST_LOG", "info")]);
-        let agent = process::agent(TIMEOUT);
-        let url = format!("{}/v1/orders", server.address());
-        let auth = format!("Bearer {token}");
+        let client = Client::new(&server.address(), &token, TIMEOUT);
         let secret_item = format!("Secret-{}", uuid::Uuid::new_v4().simple());
         let body = order_body(&secret_item, 3, "4.56");
-        let json = [("Authorization", auth.as_str()), ("Content-Type", "application/json")];
-        let with = |extra: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
-            json.iter().copied().chain(extra.iter().copied()).collect()
+        let as_alice = |method, key, body, id| {
+            client.call_with(Some(&token), method, "/v1/orders", key, body, &[("X-Request-Id", id)]).unwrap()
         };
 
-        let created = process::try_send(&agent, "POST", &url, &with(&[("Idempotency-Key", "log-1"), ("X-Request-Id", "log-created")]), Some(&body)).unwrap();
-        let replayed = process::try_send(&agent, "POST", &url, &with(&[("Idempotency-Key", "log-1"), ("X-Request-Id", "log-replayed")]), Some(&body)).unwrap();
-        let listed = process::try_send(&agent, "GET", &url, &with(&[("X-Request-Id", "log-listed")]), None).unwrap();
+        let created = as_alice("POST", Some("log-1"), Some(body.as_str()), "log-created");
+        let replayed = as_alice("POST", Some("log-1"), Some(body.as_str()), "log-replayed");
+        let listed = as_alice("GET", None, None, "log-listed");
         let wrong_token = format!("{token}x");
-        let refused = process::try_send(&agent, "GET", &url, &[("Authorization", &format!("Bearer {wrong_token}")), ("X-Request-Id", "log-refused")], None).unwrap();
+        let refused = client.call_with(Some(&wrong_token), "GET", "/v1/orders", None, None, &[("X-Request-Id", "log-refused")]).unwrap();
         assert_eq!([created.status, replayed.status, listed.status, refused.status], [201, 200, 200, 401]);
 
         let log = server.log_text();

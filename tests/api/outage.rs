@@ -12,8 +12,9 @@ use diesel::{Connection, PgConnection, RunQueryDsl};
 use orders_api::db::DatabaseUrl;
 
 use crate::helpers::*;
+use crate::net::Client;
 use crate::process::{
-    Client, ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
+    ServerProcess, create_token, ledger_count, order_count, order_id_for_key, prepare,
 };
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster.sh");
@@ -110,201 +111,195 @@ struct KeyRecord {
     created: Option<String>,
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn a_database_outage_answers_503_promptly_and_the_service_recovers_by_itself() {
-    if !postgres_available() {
-        return;
-    }
-    let cluster = PrivateCluster::start();
-    let mut admin =
-        PgConnection::establish(&cluster.admin_url).expect("connect to the private cluster");
-    diesel::sql_query("CREATE DATABASE orders_outage")
-        .execute(&mut admin)
-        .expect("create database");
-    drop(admin);
-    let url = DatabaseUrl::parse(&with_database(&cluster.admin_url, "orders_outage")).expect("url");
-    let pool = prepare(&url);
-    let token = create_token(&pool, "alice");
-    let mut server = ServerProcess::start(&url, &["--db-timeout-secs", "2"]);
-    let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
+crate::postgres_only! {
+    fn a_database_outage_answers_503_promptly_and_the_service_recovers_by_itself() {
+        let cluster = PrivateCluster::start();
+        let mut admin =
+            PgConnection::establish(&cluster.admin_url).expect("connect to the private cluster");
+        diesel::sql_query("CREATE DATABASE orders_outage")
+            .execute(&mut admin)
+            .expect("create database");
+        drop(admin);
+        let url = DatabaseUrl::parse(&with_database(&cluster.admin_url, "orders_outage")).expect("url");
+        let pool = prepare(&url);
+        let token = create_token(&pool, "alice");
+        let mut server = ServerProcess::start(&url, &["--db-timeout-secs", "2"]);
+        let client = Client::new(&server.address(), &token, CLIENT_TIMEOUT);
 
-    // Load with distinct keys; the cluster stops under it.
-    let created = AtomicUsize::new(0);
-    let since_stop = AtomicUsize::new(0);
-    let (stopping, done) = (AtomicBool::new(false), AtomicBool::new(false));
-    let mut records: Vec<KeyRecord> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..LOAD_THREADS)
-            .map(|t| {
-                let (client, created, since_stop, stopping, done) =
-                    (&client, &created, &since_stop, &stopping, &done);
-                s.spawn(move || {
-                    let mut records = Vec::new();
-                    for n in 0..1_000 {
-                        if done.load(Ordering::SeqCst) {
-                            break;
-                        }
-                        let key = format!("outage-load-{t}-{n}");
-                        let body = order_body(&format!("Item {t}-{n}"), 1, "2.50");
-                        let r = client.post_order(&key, &body).unwrap_or_else(|e| {
-                            panic!("{key}: no answer within {CLIENT_TIMEOUT:?}: {e}")
-                        });
-                        let during_outage = stopping.load(Ordering::SeqCst);
-                        assert!(
-                            during_outage || r.status == 201,
-                            "{key} before the outage: {}",
-                            r.body
-                        );
-                        let id = match r.status {
-                            201 => {
-                                created.fetch_add(1, Ordering::SeqCst);
-                                Some(r.json()["id"].as_str().expect("order id").to_owned())
+        // Load with distinct keys; the cluster stops under it.
+        let created = AtomicUsize::new(0);
+        let since_stop = AtomicUsize::new(0);
+        let (stopping, done) = (AtomicBool::new(false), AtomicBool::new(false));
+        let mut records: Vec<KeyRecord> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..LOAD_THREADS)
+                .map(|t| {
+                    let (client, created, since_stop, stopping, done) =
+                        (&client, &created, &since_stop, &stopping, &done);
+                    s.spawn(move || {
+                        let mut records = Vec::new();
+                        for n in 0..1_000 {
+                            if done.load(Ordering::SeqCst) {
+                                break;
                             }
-                            _ => {
-                                assert_unavailable(&r);
-                                None
+                            let key = format!("outage-load-{t}-{n}");
+                            let body = order_body(&format!("Item {t}-{n}"), 1, "2.50");
+                            let r = client.post_order(&key, &body).unwrap_or_else(|e| {
+                                panic!("{key}: no answer within {CLIENT_TIMEOUT:?}: {e}")
+                            });
+                            let during_outage = stopping.load(Ordering::SeqCst);
+                            assert!(
+                                during_outage || r.status == 201,
+                                "{key} before the outage: {}",
+                                r.body
+                            );
+                            let id = match r.status {
+                                201 => {
+                                    created.fetch_add(1, Ordering::SeqCst);
+                                    Some(r.json()["id"].as_str().expect("order id").to_owned())
+                                }
+                                _ => {
+                                    assert_unavailable(&r);
+                                    None
+                                }
+                            };
+                            if during_outage {
+                                since_stop.fetch_add(1, Ordering::SeqCst);
                             }
-                        };
-                        if during_outage {
-                            since_stop.fetch_add(1, Ordering::SeqCst);
+                            records.push(KeyRecord {
+                                key,
+                                body,
+                                created: id,
+                            });
                         }
-                        records.push(KeyRecord {
-                            key,
-                            body,
-                            created: id,
-                        });
-                    }
-                    records
+                        records
+                    })
                 })
-            })
-            .collect();
+                .collect();
 
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while created.load(Ordering::SeqCst) < 20 {
-            assert!(Instant::now() < deadline, "the load never got going");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        stopping.store(true, Ordering::SeqCst);
-        cluster.stop();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while since_stop.load(Ordering::SeqCst) < 2 * LOAD_THREADS {
-            assert!(
-                Instant::now() < deadline,
-                "the load stopped getting answers"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        done.store(true, Ordering::SeqCst);
-        threads
-            .into_iter()
-            .flat_map(|t| t.join().expect("load thread"))
-            .collect()
-    });
-
-    // The database is down: every request is a prompt 503, and the process lives.
-    for n in 0..3 {
-        let key = format!("outage-down-{n}");
-        let body = order_body("Down", 1, "1.00");
-        let r = client
-            .post_order(&key, &body)
-            .expect("an answer during the outage");
-        assert_unavailable(&r);
-        records.push(KeyRecord {
-            key,
-            body,
-            created: None,
-        });
-    }
-    assert_unavailable(
-        &client
-            .call("GET", "/v1/orders", None, None)
-            .expect("an answer"),
-    );
-    assert_unavailable(&client.get("/readyz").expect("an answer from /readyz"));
-    assert_eq!(
-        client
-            .get("/healthz")
-            .expect("an answer from /healthz")
-            .status,
-        200
-    );
-    assert!(
-        server.is_alive(),
-        "the outage killed the process:\n{}",
-        server.log_tail()
-    );
-
-    // The database is back: readiness returns by itself, without a restart.
-    cluster.restart();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ready = client.get("/readyz").expect("an answer from /readyz");
-        if ready.status == 200 {
-            break;
-        }
-        assert_unavailable(&ready);
-        assert!(Instant::now() < deadline, "/readyz never returned to 200");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-
-    // The test's own pool lost its connections in the outage too.
-    drop(pool);
-    let pool = prepare(&url);
-
-    // Every key, retried with its own body, ends with exactly one order.
-    for record in &records {
-        let answer = (1..=MAX_ATTEMPTS)
-            .find_map(|_| {
-                let r = client
-                    .post_order(&record.key, &record.body)
-                    .expect("an answer");
-                if r.status == 503 {
-                    assert_unavailable(&r);
-                    std::thread::sleep(Duration::from_millis(250));
-                    return None;
-                }
-                Some(r)
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "{} still unavailable after {MAX_ATTEMPTS} attempts",
-                    record.key
-                )
-            });
-        let id = answer.json()["id"].as_str().expect("order id").to_owned();
-        match &record.created {
-            Some(before) => {
-                assert_eq!(answer.status, 200, "{}: {}", record.key, answer.body);
-                assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
-                assert_eq!(&id, before, "{}: an answered order was lost", record.key);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while created.load(Ordering::SeqCst) < 20 {
+                assert!(Instant::now() < deadline, "the load never got going");
+                std::thread::sleep(Duration::from_millis(5));
             }
-            // Refused before it ran (201 now), or committed as the database went
-            // down with its answer lost (a replay now).
-            None => assert!(
-                answer.status == 201 || answer.status == 200,
-                "{}: {}",
-                record.key,
-                answer.body
-            ),
+            stopping.store(true, Ordering::SeqCst);
+            cluster.stop();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while since_stop.load(Ordering::SeqCst) < 2 * LOAD_THREADS {
+                assert!(
+                    Instant::now() < deadline,
+                    "the load stopped getting answers"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done.store(true, Ordering::SeqCst);
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().expect("load thread"))
+                .collect()
+        });
+
+        // The database is down: every request is a prompt 503, and the process lives.
+        for n in 0..3 {
+            let key = format!("outage-down-{n}");
+            let body = order_body("Down", 1, "1.00");
+            let r = client
+                .post_order(&key, &body)
+                .expect("an answer during the outage");
+            assert_unavailable(&r);
+            records.push(KeyRecord {
+                key,
+                body,
+                created: None,
+            });
         }
-        assert_eq!(
-            order_id_for_key(&pool, "alice", &record.key),
-            Some(id),
-            "{}",
-            record.key
+        assert_unavailable(
+            &client
+                .call("GET", "/v1/orders", None, None)
+                .expect("an answer"),
         );
+        assert_unavailable(&client.get("/readyz").expect("an answer from /readyz"));
+        assert_eq!(
+            client
+                .get("/healthz")
+                .expect("an answer from /healthz")
+                .status,
+            200
+        );
+        assert!(
+            server.is_alive(),
+            "the outage killed the process:\n{}",
+            server.log_tail()
+        );
+
+        // The database is back: readiness returns by itself, without a restart.
+        cluster.restart();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = client.get("/readyz").expect("an answer from /readyz");
+            if ready.status == 200 {
+                break;
+            }
+            assert_unavailable(&ready);
+            assert!(Instant::now() < deadline, "/readyz never returned to 200");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+
+        // The test's own pool lost its connections in the outage too.
+        drop(pool);
+        let pool = prepare(&url);
+
+        // Every key, retried with its own body, ends with exactly one order.
+        for record in &records {
+            let answer = (1..=MAX_ATTEMPTS)
+                .find_map(|_| {
+                    let r = client
+                        .post_order(&record.key, &record.body)
+                        .expect("an answer");
+                    if r.status == 503 {
+                        assert_unavailable(&r);
+                        std::thread::sleep(Duration::from_millis(250));
+                        return None;
+                    }
+                    Some(r)
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{} still unavailable after {MAX_ATTEMPTS} attempts",
+                        record.key
+                    )
+                });
+            let id = answer.json()["id"].as_str().expect("order id").to_owned();
+            match &record.created {
+                Some(before) => {
+                    assert_eq!(answer.status, 200, "{}: {}", record.key, answer.body);
+                    assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+                    assert_eq!(&id, before, "{}: an answered order was lost", record.key);
+                }
+                // Refused before it ran (201 now), or committed as the database went
+                // down with its answer lost (a replay now).
+                None => assert!(
+                    answer.status == 201 || answer.status == 200,
+                    "{}: {}",
+                    record.key,
+                    answer.body
+                ),
+            }
+            assert_eq!(
+                order_id_for_key(&pool, "alice", &record.key),
+                Some(id),
+                "{}",
+                record.key
+            );
+        }
+        let keys = records.len() as i64;
+        eprintln!(
+            "{keys} keys: {} created before the outage, {} refused with 503",
+            records.iter().filter(|r| r.created.is_some()).count(),
+            records.iter().filter(|r| r.created.is_none()).count()
+        );
+        assert_eq!(order_count(&pool), keys, "exactly one order per key");
+        assert_eq!(ledger_count(&pool), keys);
+        assert!(server.is_alive());
+        drop(server);
     }
-    let keys = records.len() as i64;
-    eprintln!(
-        "{keys} keys: {} created before the outage, {} refused with 503",
-        records.iter().filter(|r| r.created.is_some()).count(),
-        records.iter().filter(|r| r.created.is_none()).count()
-    );
-    assert_eq!(order_count(&pool), keys, "exactly one order per key");
-    assert_eq!(ledger_count(&pool), keys);
-    assert!(server.is_alive());
-    drop(server);
 }

@@ -1,7 +1,6 @@
 //! The real binary as a child process: `orders-api serve` on a free
 //! 127.0.0.1 port against a given database, killed with SIGKILL, started
-//! again on the same database. Also a client that reports a cut connection
-//! instead of panicking, and direct access to the stored orders.
+//! again on the same database. Also direct access to the stored orders.
 
 #![allow(dead_code)] // each test module uses a different part
 
@@ -13,8 +12,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use orders_api::db::{self, Backend, DatabaseUrl, Pool, PoolOptions};
-
-use crate::helpers::TestResponse;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_orders-api");
 /// How long a start (migrations included) may take before the test fails.
@@ -187,14 +184,14 @@ impl Drop for ServerProcess {
 
 /// Polls `/healthz` until it answers 200; `Err` when the process exited.
 fn wait_until_healthy(child: &mut Child, port: u16) -> Result<(), String> {
-    let agent = agent(Duration::from_secs(2));
-    let url = format!("http://127.0.0.1:{port}/healthz");
+    let client =
+        crate::net::Client::anonymous(&format!("http://127.0.0.1:{port}"), Duration::from_secs(2));
     let deadline = Instant::now() + START_DEADLINE;
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("exited with {status}"));
         }
-        if try_send(&agent, "GET", &url, &[], None).is_ok_and(|r| r.status == 200) {
+        if client.get("/healthz").is_ok_and(|r| r.status == 200) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -274,81 +271,6 @@ pub fn order_count(pool: &Pool) -> i64 {
 pub fn ledger_count(pool: &Pool) -> i64 {
     let mut pooled = pool.get().expect("connection");
     idempotency_ledger::store::count(&mut pooled.conn()).expect("count ledger rows")
-}
-
-/// An HTTP client whose every request gives up after `timeout`, and that
-/// hands every status back instead of failing on 4xx/5xx.
-pub fn agent(timeout: Duration) -> ureq::Agent {
-    orders_atk::wire::agent(timeout, "orders-api-tests")
-}
-
-/// One request; `Err` when no whole answer arrived (refused, cut, timed out).
-pub fn try_send(
-    agent: &ureq::Agent,
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> Result<TestResponse, ureq::Error> {
-    orders_atk::wire::exchange(agent, method, url, headers, body).map(TestResponse)
-}
-
-/// A client of one server process, as user `token` owns.
-#[derive(Clone)]
-pub struct Client {
-    agent: ureq::Agent,
-    base: String,
-    token: String,
-}
-
-impl Client {
-    pub fn new(address: &str, token: &str, timeout: Duration) -> Self {
-        Self {
-            agent: agent(timeout),
-            base: address.to_owned(),
-            token: token.to_owned(),
-        }
-    }
-
-    /// A request with the bearer token, JSON when there is a body, and
-    /// `key` as the `Idempotency-Key`.
-    pub fn call(
-        &self,
-        method: &str,
-        path: &str,
-        key: Option<&str>,
-        body: Option<&str>,
-    ) -> Result<TestResponse, ureq::Error> {
-        let auth = format!("Bearer {}", self.token);
-        let mut headers = vec![("Authorization", auth.as_str())];
-        if let Some(key) = key {
-            headers.push(("Idempotency-Key", key));
-        }
-        if body.is_some() {
-            headers.push(("Content-Type", "application/json"));
-        }
-        try_send(
-            &self.agent,
-            method,
-            &format!("{}{path}", self.base),
-            &headers,
-            body,
-        )
-    }
-
-    pub fn post_order(&self, key: &str, body: &str) -> Result<TestResponse, ureq::Error> {
-        self.call("POST", "/v1/orders", Some(key), Some(body))
-    }
-
-    pub fn get(&self, path: &str) -> Result<TestResponse, ureq::Error> {
-        try_send(
-            &self.agent,
-            "GET",
-            &format!("{}{path}", self.base),
-            &[],
-            None,
-        )
-    }
 }
 
 /// PostgreSQL: an uncommitted order row for `(user_id, key)`, held by the

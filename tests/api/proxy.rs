@@ -6,13 +6,13 @@
 
 use std::collections::HashSet;
 use std::io::{BufReader, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use orders_atk::wire::Message;
+
+use crate::net::Front;
 
 /// What the front does with one request.
 #[derive(Clone, Debug)]
@@ -53,8 +53,7 @@ pub struct Proxy {
     pub address: String,
     seen: Arc<Mutex<Seen>>,
     cut: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _front: Front,
 }
 
 impl Proxy {
@@ -82,41 +81,19 @@ impl Proxy {
     }
 
     fn start(upstream: &str, policy: Policy) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let address = format!("http://{}", listener.local_addr().unwrap());
         let upstream = upstream.trim_start_matches("http://").to_owned();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let cut = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (seen, cut, stop) = (Arc::clone(&seen), Arc::clone(&cut), Arc::clone(&stop));
-            let policy = Arc::new(policy);
-            std::thread::spawn(move || {
-                let mut n = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let step = policy(n);
-                            n += 1;
-                            let (upstream, seen, cut) =
-                                (upstream.clone(), Arc::clone(&seen), Arc::clone(&cut));
-                            std::thread::spawn(move || {
-                                let _ = client.set_nonblocking(false);
-                                serve(client, &upstream, step, &seen, &cut);
-                            });
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            })
+        let front = {
+            let (seen, cut) = (Arc::clone(&seen), Arc::clone(&cut));
+            // One request per connection: the n-th connection is the n-th request.
+            Front::start(move |client, n| serve(client, &upstream, policy(n), &seen, &cut))
         };
         Self {
-            address,
+            address: front.address(),
             seen,
             cut,
-            stop,
-            thread: Some(thread),
+            _front: front,
         }
     }
 
@@ -133,15 +110,6 @@ impl Proxy {
     /// Answers the server gave that the front did not relay.
     pub fn answers_lost(&self) -> usize {
         self.cut.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

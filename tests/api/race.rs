@@ -3,9 +3,11 @@
 //! (CONTRACT §4, race guarantee).
 
 use std::sync::Barrier;
+use std::time::Duration;
 
 use crate::both_backends;
 use crate::helpers::*;
+use crate::net::Client;
 use crate::process::order_id_for_key;
 
 /// Concurrent requests per round; each thread has its own connection.
@@ -22,21 +24,16 @@ pub(crate) fn race(
     body: impl Fn(usize) -> Option<String>,
 ) -> Vec<TestResponse> {
     let barrier = Barrier::new(THREADS);
-    let url = format!("{}{path}", app.address);
-    let auth = format!("Bearer {}", app.token);
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..THREADS)
             .map(|i| {
-                let (barrier, url, auth, body) = (&barrier, &url, &auth, body(i));
+                let (barrier, body) = (&barrier, body(i));
                 s.spawn(move || {
-                    let agent = agent();
-                    let mut headers =
-                        vec![("Authorization", auth.as_str()), ("Idempotency-Key", key)];
-                    if body.is_some() {
-                        headers.push(("Content-Type", "application/json"));
-                    }
+                    let client = Client::new(&app.address, &app.token, Duration::from_secs(60));
                     barrier.wait();
-                    send(&agent, method, url, &headers, body.as_deref())
+                    client
+                        .call(method, path, Some(key), body.as_deref())
+                        .expect("the server answered")
                 })
             })
             .collect();

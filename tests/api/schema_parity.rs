@@ -26,7 +26,7 @@ use idempotency_ledger::schema as ledger;
 use orders_api::db::schema::{pg, sqlite};
 use orders_api::db::{DatabaseUrl, run_migrations};
 
-use crate::helpers::{TestDb, postgres_available};
+use crate::helpers::TestDb;
 
 /// Table → column → nullable, columns in their declared order.
 type Schema = BTreeMap<String, Vec<(String, bool)>>;
@@ -594,76 +594,64 @@ fn pg_migrated_db() -> TestDb {
     db
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn on_postgresql_every_primary_key_and_unique_index_of_orders_and_the_ledger_includes_user_id() {
-    if !postgres_available() {
-        return;
-    }
-    let db = pg_migrated_db();
-    let keys = pg_keys(&db.url, &TABLES);
+crate::postgres_only! {
+    fn on_postgresql_every_primary_key_and_unique_index_of_orders_and_the_ledger_includes_user_id() {
+        let db = pg_migrated_db();
+        let keys = pg_keys(&db.url, &TABLES);
 
-    for table in ["orders", "idempotency_ledger"] {
-        for key in &keys.keys[table] {
-            assert!(
-                !key.unique || key.columns.iter().any(|c| c == "user_id"),
-                "{table}: a unique key without user_id cannot be enforced on one shard: {key:?}"
-            );
+        for table in ["orders", "idempotency_ledger"] {
+            for key in &keys.keys[table] {
+                assert!(
+                    !key.unique || key.columns.iter().any(|c| c == "user_id"),
+                    "{table}: a unique key without user_id cannot be enforced on one shard: {key:?}"
+                );
+            }
         }
+        assert_eq!(keys.primary["orders"], ["user_id", "seq"]);
+        assert_eq!(
+            keys.primary["idempotency_ledger"],
+            ["idempotency_key", "user_id"]
+        );
+        // A lookup by id names its user: an index that starts with user_id serves it.
+        assert!(
+            keys.keys["orders"].contains(&key(true, &["user_id", "id"])),
+            "{keys:?}"
+        );
+        assert!(
+            keys.keys["orders"].contains(&key(true, &["user_id", "idempotency_key"])),
+            "the second guard: {keys:?}"
+        );
     }
-    assert_eq!(keys.primary["orders"], ["user_id", "seq"]);
-    assert_eq!(
-        keys.primary["idempotency_ledger"],
-        ["idempotency_key", "user_id"]
-    );
-    // A lookup by id names its user: an index that starts with user_id serves it.
-    assert!(
-        keys.keys["orders"].contains(&key(true, &["user_id", "id"])),
-        "{keys:?}"
-    );
-    assert!(
-        keys.keys["orders"].contains(&key(true, &["user_id", "idempotency_key"])),
-        "the second guard: {keys:?}"
-    );
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn the_sqlite_and_postgresql_migrations_leave_the_same_keys_and_indexes() {
-    if !postgres_available() {
-        return;
-    }
-    let db = pg_migrated_db();
-    let pg = pg_keys(&db.url, &TABLES);
-    let file = SqliteFile::new();
-    run_migrations(&file.url()).expect("apply the SQLite migrations");
-    let mut conn = SqliteConnection::establish(file.url().as_str()).expect("open");
-    let mut sqlite = sqlite_keys(&mut conn);
+crate::postgres_only! {
+    fn the_sqlite_and_postgresql_migrations_leave_the_same_keys_and_indexes() {
+        let db = pg_migrated_db();
+        let pg = pg_keys(&db.url, &TABLES);
+        let file = SqliteFile::new();
+        run_migrations(&file.url()).expect("apply the SQLite migrations");
+        let mut conn = SqliteConnection::establish(file.url().as_str()).expect("open");
+        let mut sqlite = sqlite_keys(&mut conn);
 
-    // The one difference, SQLite's own: `orders.seq` is its rowid
-    // (INTEGER PRIMARY KEY AUTOINCREMENT), which numbers the orders in
-    // creation order, never reusing a number; that makes it a key of its
-    // own, and the table's primary key. PostgreSQL's identity column needs
-    // neither, and its primary key is (user_id, seq).
-    let sqlite_orders = sqlite.keys.get_mut("orders").expect("orders");
-    assert!(sqlite_orders.remove(&key(true, &["seq"])), "{sqlite:?}");
-    assert_eq!(
-        sqlite.primary.remove("orders").as_deref(),
-        Some(&["seq".to_owned()][..])
-    );
-    assert_eq!(
-        pg.primary.get("orders").map(Vec::as_slice),
-        Some(&["user_id".to_owned(), "seq".to_owned()][..])
-    );
-    let mut pg = pg;
-    pg.primary.remove("orders");
-    assert_eq!(sqlite, pg);
+        // The one difference, SQLite's own: `orders.seq` is its rowid
+        // (INTEGER PRIMARY KEY AUTOINCREMENT), which numbers the orders in
+        // creation order, never reusing a number; that makes it a key of its
+        // own, and the table's primary key. PostgreSQL's identity column needs
+        // neither, and its primary key is (user_id, seq).
+        let sqlite_orders = sqlite.keys.get_mut("orders").expect("orders");
+        assert!(sqlite_orders.remove(&key(true, &["seq"])), "{sqlite:?}");
+        assert_eq!(
+            sqlite.primary.remove("orders").as_deref(),
+            Some(&["seq".to_owned()][..])
+        );
+        assert_eq!(
+            pg.primary.get("orders").map(Vec::as_slice),
+            Some(&["user_id".to_owned(), "seq".to_owned()][..])
+        );
+        let mut pg = pg;
+        pg.primary.remove("orders");
+        assert_eq!(sqlite, pg);
+    }
 }
 
 #[test]
@@ -696,34 +684,28 @@ fn the_ledger_crates_sqlite_ddl_makes_the_table_the_sqlite_migrations_make() {
     );
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn the_ledger_crates_postgresql_ddl_makes_the_table_the_postgresql_migrations_make() {
-    if !postgres_available() {
-        return;
-    }
-    let ddl = without_comments(idempotency_ledger::POSTGRES_DDL);
-    let (name, columns) = pg_create_table(
-        ddl.split(';')
-            .find(|s| s.contains("CREATE TABLE"))
-            .expect("CREATE TABLE"),
-    );
-    assert_eq!(
-        unordered([(name, columns)].into_iter().collect()).get("idempotency_ledger"),
-        unordered(pg_migrated()).get("idempotency_ledger"),
-        "columns and nullability"
-    );
+crate::postgres_only! {
+    fn the_ledger_crates_postgresql_ddl_makes_the_table_the_postgresql_migrations_make() {
+        let ddl = without_comments(idempotency_ledger::POSTGRES_DDL);
+        let (name, columns) = pg_create_table(
+            ddl.split(';')
+                .find(|s| s.contains("CREATE TABLE"))
+                .expect("CREATE TABLE"),
+        );
+        assert_eq!(
+            unordered([(name, columns)].into_iter().collect()).get("idempotency_ledger"),
+            unordered(pg_migrated()).get("idempotency_ledger"),
+            "columns and nullability"
+        );
 
-    let from_ddl = TestDb::fresh(orders_api::db::Backend::Postgres);
-    let mut conn = PgConnection::establish(from_ddl.url.as_str()).expect("connect");
-    conn.batch_execute(idempotency_ledger::POSTGRES_DDL)
-        .expect("the ledger crate's DDL");
-    let migrated = pg_migrated_db();
-    assert_eq!(
-        pg_keys(&from_ddl.url, &["idempotency_ledger"]),
-        pg_keys(&migrated.url, &["idempotency_ledger"])
-    );
+        let from_ddl = TestDb::fresh(orders_api::db::Backend::Postgres);
+        let mut conn = PgConnection::establish(from_ddl.url.as_str()).expect("connect");
+        conn.batch_execute(idempotency_ledger::POSTGRES_DDL)
+            .expect("the ledger crate's DDL");
+        let migrated = pg_migrated_db();
+        assert_eq!(
+            pg_keys(&from_ddl.url, &["idempotency_ledger"]),
+            pg_keys(&migrated.url, &["idempotency_ledger"])
+        );
+    }
 }

@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::both_backends;
 use crate::helpers::*;
-use crate::process::{self, Client, ServerProcess};
+use crate::net::Client;
+use crate::process::{self, ServerProcess};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// Clients sending creates while the server is asked to stop.
@@ -71,32 +72,6 @@ impl SlowCreate {
     }
 }
 
-/// One create. `None` when no answer began (refused, or cut before the
-/// status line); an answer that began must arrive whole, else this panics.
-fn create_or_nothing(
-    agent: &ureq::Agent,
-    url: &str,
-    auth: &str,
-    key: &str,
-    body: &str,
-) -> Option<(u16, String)> {
-    let request = ureq::http::Request::builder()
-        .method("POST")
-        .uri(url)
-        .header("Authorization", auth)
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body(body.as_bytes().to_vec())
-        .unwrap();
-    let mut response = agent.run(request).ok()?;
-    let status = response.status().as_u16();
-    let text = response
-        .body_mut()
-        .read_to_string()
-        .unwrap_or_else(|e| panic!("{key}: the answer {status} was cut: {e}"));
-    Some((status, text))
-}
-
 fn connection_refused(address: &str) -> bool {
     TcpStream::connect(address.trim_start_matches("http://")).is_err()
 }
@@ -115,9 +90,7 @@ both_backends! {
         let answered = Arc::new(AtomicUsize::new(0));
         let clients: Vec<_> = (0..CLIENTS)
             .map(|c| {
-                let agent = process::agent(TIMEOUT);
-                let url = format!("{address}/v1/orders");
-                let auth = format!("Bearer {token}");
+                let client = Client::new(&address, &token, TIMEOUT);
                 let stop = Arc::clone(&stop);
                 let answered = Arc::clone(&answered);
                 std::thread::spawn(move || {
@@ -126,7 +99,9 @@ both_backends! {
                     while !stop.load(Ordering::SeqCst) {
                         let key = format!("load-{c}-{n}");
                         let sent = body(n);
-                        let result = create_or_nothing(&agent, &url, &auth, &key, &sent);
+                        let result = client
+                            .call_whole_or_none("POST", "/v1/orders", Some(&key), Some(&sent))
+                            .map(|r| (r.status, r.body.clone()));
                         if result.is_some() {
                             answered.fetch_add(1, Ordering::SeqCst);
                         }
@@ -197,4 +172,45 @@ both_backends! {
         assert_eq!(process::order_count(&pool), keys, "one order per key, none lost, none doubled");
         assert_eq!(process::ledger_count(&pool), keys, "every order has its recorded answer");
     }
+}
+
+/// What the server sent to a `Type=notify` service manager's socket: each
+/// datagram's lines, until one contains `line` (or the wait runs out).
+fn notifications_until(socket: &std::os::unix::net::UnixDatagram, line: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !seen.iter().any(|l| l == line) {
+        let Ok(n) = socket.recv(&mut buffer) else {
+            panic!("no {line:?} within {TIMEOUT:?}; got {seen:?}");
+        };
+        let datagram = String::from_utf8_lossy(&buffer[..n]).into_owned();
+        seen.extend(datagram.lines().map(str::to_owned));
+    }
+    seen
+}
+
+#[test]
+fn under_systemd_the_server_reports_ready_once_it_listens_and_stopping_on_sigterm() {
+    let db = TestDb::fresh(orders_api::db::Backend::Sqlite);
+    let path = std::env::temp_dir().join(format!("notify-{}.sock", uuid::Uuid::new_v4().simple()));
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).expect("bind the notify socket");
+    socket.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let notify_socket = path.display().to_string();
+
+    let mut server =
+        ServerProcess::start_with_env(&db.url, &[], &[("NOTIFY_SOCKET", &notify_socket)]);
+    let ready = notifications_until(&socket, "READY=1");
+    server.terminate();
+    let stopping = notifications_until(&socket, "STOPPING=1");
+    let status = server.wait_for_exit(TIMEOUT);
+    let _ = std::fs::remove_file(&path);
+
+    let listening = format!("STATUS=listening on {}", server.address());
+    assert!(ready.contains(&listening), "{ready:?}");
+    assert!(!ready.iter().any(|l| l == "STOPPING=1"), "{ready:?}");
+    assert!(
+        stopping.iter().any(|l| l.starts_with("STATUS=")),
+        "{stopping:?}"
+    );
+    assert!(status.success(), "{status}");
 }

@@ -11,7 +11,7 @@
 //! diesel binds every value, so a condition on the user is `user_id = $n`.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use diesel::pg::Pg;
@@ -29,26 +29,20 @@ const PROTOCOL_3: u32 = 196_608;
 /// A TCP relay in front of PostgreSQL that records the text of every
 /// statement its clients prepare or send.
 struct StatementLog {
-    port: u16,
+    front: crate::net::Front,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
 impl StatementLog {
     fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
-        let port = listener.local_addr().expect("relay address").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
+        let front = crate::net::Front::start(move |client, _| {
+            if let Ok(server) = TcpStream::connect(&upstream) {
                 relay(client, server, Arc::clone(&log));
             }
         });
-        Self { port, seen }
+        Self { front, seen }
     }
 
     /// Every statement recorded since the last call, in order.
@@ -320,123 +314,117 @@ fn background() -> Vec<String> {
     vec![normalized(text)]
 }
 
-#[test]
-#[cfg_attr(
-    postgres_tests_ignored,
-    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
-)]
-fn every_statement_the_request_path_sends_to_orders_or_the_ledger_names_its_user() {
-    if !postgres_available() {
-        return;
-    }
-    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
-    let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
-    let relayed = through(&db.url, log.port);
-    let app = TestApp::spawn_on(db, |s| {
-        s.database_url = relayed;
-        s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
-    });
-    let bob = app.create_token("bob");
-    let body = order_body("Widget", 2, "9.99");
-    let _ = log.take(); // migrations and the test's own setup
+crate::postgres_only! {
+    fn every_statement_the_request_path_sends_to_orders_or_the_ledger_names_its_user() {
+        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+        let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
+        let relayed = through(&db.url, log.front.port);
+        let app = TestApp::spawn_on(db, |s| {
+            s.database_url = relayed;
+            s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
+        });
+        let bob = app.create_token("bob");
+        let body = order_body("Widget", 2, "9.99");
+        let _ = log.take(); // migrations and the test's own setup
 
-    // Every route, and every way through it.
-    let created = app.post_order(Some("create"), &body);
-    assert_eq!(created.status, 201, "{}", created.body);
-    let id = id_of(&created);
-    assert_eq!(app.post_order(Some("create"), &body).status, 200, "replay");
-    let reused = app.post_order(Some("create"), &order_body("Widget", 3, "9.99"));
-    assert_eq!(reused.status, 409, "{}", reused.body);
-    assert_eq!(app.post_order(Some("second"), &body).status, 201);
-    assert_eq!(
-        app.call("GET", &format!("/v1/orders/{id}"), None, None)
-            .status,
-        200
-    );
-    let theirs = app.call_as(&bob, "GET", &format!("/v1/orders/{id}"), None, None);
-    assert_eq!(theirs.status, 404, "another user's order");
-    let first_page = app.call("GET", "/v1/orders?limit=1", None, None);
-    assert_eq!(first_page.status, 200, "{}", first_page.body);
-    let cursor = first_page.json()["next_cursor"]
-        .as_str()
-        .expect("a second page")
-        .to_owned();
-    let second_page = app.call(
-        "GET",
-        &format!("/v1/orders?limit=1&cursor={cursor}"),
-        None,
-        None,
-    );
-    assert_eq!(second_page.status, 200, "{}", second_page.body);
-    let patch = Some(r#"{"quantity":5}"#);
-    let path = format!("/v1/orders/{id}");
-    assert_eq!(app.call("PATCH", &path, Some("patch"), patch).status, 200);
-    assert_eq!(app.call("DELETE", &path, Some("cancel"), None).status, 200);
-    assert_eq!(
-        app.call("DELETE", &path, Some("cancel-again"), None).status,
-        200
-    );
-    let not_pending = app.call("PATCH", &path, Some("patch-cancelled"), patch);
-    assert_eq!(not_pending.status, 409, "{}", not_pending.body);
-    let missing = "/v1/orders/0193a8e48f3c7cc29d6a5b1f2e3d4c5b";
-    assert_eq!(app.call("GET", missing, None, None).status, 404);
-    assert_eq!(
-        app.call("PATCH", missing, Some("patch-missing"), patch)
-            .status,
-        404
-    );
-    for route in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
-        assert_eq!(app.request("GET", route, &[], None).status, 200, "{route}");
-    }
-    let mut sent = log.take();
-
-    // After the purge the create's key is new to the ledger, and its order
-    // answers: the general way (the order's INSERT, refused, then its read).
-    let mut direct = PgConnection::establish(app.db.url.as_str()).expect("connect");
-    diesel::sql_query("UPDATE idempotency_ledger SET expires_at = now() - interval '1 day'")
-        .execute(&mut direct)
-        .expect("expire every entry");
-    assert!(orders_api::startup::purge_all(&app.pool).expect("purge") > 0);
-    let _ = log.take(); // the purge: a background task, not a request
-    assert_eq!(
-        app.post_order(Some("create"), &body).status,
-        200,
-        "replay from the order"
-    );
-    sent.extend(log.take());
-
-    let background = background();
-    let mut statements: Vec<String> = sent.iter().map(|s| normalized(s)).collect();
-    statements.sort();
-    statements.dedup();
-    let mut touched = Vec::new();
-    let mut unrouted = Vec::new();
-    for statement in &statements {
-        if background.contains(statement) {
-            continue;
+        // Every route, and every way through it.
+        let created = app.post_order(Some("create"), &body);
+        assert_eq!(created.status, 201, "{}", created.body);
+        let id = id_of(&created);
+        assert_eq!(app.post_order(Some("create"), &body).status, 200, "replay");
+        let reused = app.post_order(Some("create"), &order_body("Widget", 3, "9.99"));
+        assert_eq!(reused.status, 409, "{}", reused.body);
+        assert_eq!(app.post_order(Some("second"), &body).status, 201);
+        assert_eq!(
+            app.call("GET", &format!("/v1/orders/{id}"), None, None)
+                .status,
+            200
+        );
+        let theirs = app.call_as(&bob, "GET", &format!("/v1/orders/{id}"), None, None);
+        assert_eq!(theirs.status, 404, "another user's order");
+        let first_page = app.call("GET", "/v1/orders?limit=1", None, None);
+        assert_eq!(first_page.status, 200, "{}", first_page.body);
+        let cursor = first_page.json()["next_cursor"]
+            .as_str()
+            .expect("a second page")
+            .to_owned();
+        let second_page = app.call(
+            "GET",
+            &format!("/v1/orders?limit=1&cursor={cursor}"),
+            None,
+            None,
+        );
+        assert_eq!(second_page.status, 200, "{}", second_page.body);
+        let patch = Some(r#"{"quantity":5}"#);
+        let path = format!("/v1/orders/{id}");
+        assert_eq!(app.call("PATCH", &path, Some("patch"), patch).status, 200);
+        assert_eq!(app.call("DELETE", &path, Some("cancel"), None).status, 200);
+        assert_eq!(
+            app.call("DELETE", &path, Some("cancel-again"), None).status,
+            200
+        );
+        let not_pending = app.call("PATCH", &path, Some("patch-cancelled"), patch);
+        assert_eq!(not_pending.status, 409, "{}", not_pending.body);
+        let missing = "/v1/orders/0193a8e48f3c7cc29d6a5b1f2e3d4c5b";
+        assert_eq!(app.call("GET", missing, None, None).status, 404);
+        assert_eq!(
+            app.call("PATCH", missing, Some("patch-missing"), patch)
+                .status,
+            404
+        );
+        for route in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
+            assert_eq!(app.request("GET", route, &[], None).status, 200, "{route}");
         }
-        for (place, how) in routing(statement) {
-            match how {
-                Ok(how) => touched.push(format!("{place}: {how}\n    {statement}")),
-                Err(why) => unrouted.push(format!("{place}: {why}\n    {statement}")),
+        let mut sent = log.take();
+
+        // After the purge the create's key is new to the ledger, and its order
+        // answers: the general way (the order's INSERT, refused, then its read).
+        let mut direct = PgConnection::establish(app.db.url.as_str()).expect("connect");
+        diesel::sql_query("UPDATE idempotency_ledger SET expires_at = now() - interval '1 day'")
+            .execute(&mut direct)
+            .expect("expire every entry");
+        assert!(orders_api::startup::purge_all(&app.pool).expect("purge") > 0);
+        let _ = log.take(); // the purge: a background task, not a request
+        assert_eq!(
+            app.post_order(Some("create"), &body).status,
+            200,
+            "replay from the order"
+        );
+        sent.extend(log.take());
+
+        let background = background();
+        let mut statements: Vec<String> = sent.iter().map(|s| normalized(s)).collect();
+        statements.sort();
+        statements.dedup();
+        let mut touched = Vec::new();
+        let mut unrouted = Vec::new();
+        for statement in &statements {
+            if background.contains(statement) {
+                continue;
+            }
+            for (place, how) in routing(statement) {
+                match how {
+                    Ok(how) => touched.push(format!("{place}: {how}\n    {statement}")),
+                    Err(why) => unrouted.push(format!("{place}: {why}\n    {statement}")),
+                }
             }
         }
-    }
-    eprintln!("routed by user_id:\n{}", touched.join("\n"));
-    assert!(
-        unrouted.is_empty(),
-        "statements that no user_id routes to one shard:\n{}",
-        unrouted.join("\n")
-    );
-    for place in [
-        "from orders",
-        "update orders",
-        "into orders",
-        "from idempotency_ledger",
-        "into idempotency_ledger",
-    ] {
-        let seen = touched.iter().filter(|t| t.starts_with(place)).count();
-        assert!(seen > 0, "no statement {place} was read: {statements:#?}");
+        eprintln!("routed by user_id:\n{}", touched.join("\n"));
+        assert!(
+            unrouted.is_empty(),
+            "statements that no user_id routes to one shard:\n{}",
+            unrouted.join("\n")
+        );
+        for place in [
+            "from orders",
+            "update orders",
+            "into orders",
+            "from idempotency_ledger",
+            "into idempotency_ledger",
+        ] {
+            let seen = touched.iter().filter(|t| t.starts_with(place)).count();
+            assert!(seen > 0, "no statement {place} was read: {statements:#?}");
+        }
     }
 }
 

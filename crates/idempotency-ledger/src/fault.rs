@@ -1,10 +1,12 @@
 //! Fault points, compiled only with the `fault-points` feature (test builds:
 //! the server's test suite turns it on; a release binary never has it).
 //!
-//! A test [`hold`]s a point for one key; the first request with that key to
-//! reach the point waits there until the test releases it (or drops the
-//! [`Hold`]), and the test can wait until one has. Requests with other keys,
-//! and later requests with the same key, pass.
+//! A test [`hold`]s a point for one key; the first request (or writer
+//! batch) with that key to reach the point waits there until the test
+//! releases the hold (or drops it), or [`Hold::fail`]s it, and the test can
+//! wait until one has. Others with that key, and later ones, pass. A
+//! [`failing`] hold instead makes every arrival with its key fail at once,
+//! for as long as it lives.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -18,15 +20,60 @@ use tokio::sync::watch;
 pub enum Point {
     /// In [`Ledger::execute`](crate::Ledger::execute), right after the
     /// request took its key in this process (before its read): the key is
-    /// held, nothing else is.
+    /// held, nothing else is. Key: the idempotency key.
     AfterEnter,
+    /// In [`Ledger::execute`](crate::Ledger::execute), when a request
+    /// begins waiting for another request of this process that holds its
+    /// key: it is counted among the key's waiters and holds nothing else.
+    /// Released, it goes on waiting for the holder as any waiter does.
+    /// Key: the idempotency key.
+    Waiting,
+    /// In the SQLite writer, right before a batch's `COMMIT` (its fence
+    /// already says committing, its transaction holds the write lock): a
+    /// `COMMIT` that does not return, as on a frozen disk. Released, the
+    /// `COMMIT` runs; failed, it fails and the batch is rolled back, as a
+    /// process that died there would leave it. Key: the database as the
+    /// pool was given it (the SQLite file).
+    BeforeCommit,
+    /// In the SQLite writer, where a replacement thread opens its
+    /// connection. Key: the database as the pool was given it.
+    OpenWriter,
+    /// In [`Ledger::execute_insert`](crate::Ledger::execute_insert) on
+    /// PostgreSQL, right after the one-statement create returned (the
+    /// statement autocommits: its row and entry are committed), on its
+    /// blocking thread, its connection still checked out: an answer that
+    /// does not come back (a commit waiting for a synchronous standby, a
+    /// server that stopped answering). Released, the thread goes on as if
+    /// the answer came; failed, as if the connection broke. Key: the
+    /// idempotency key.
+    AfterOneStatement,
+}
+
+/// The arrival at a point of a [`failing`] or [`Hold::fail`]ed hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Injected;
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a fault injected by a test")
+    }
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    /// Whether one has reached the point (the first one stops there).
+    reached: bool,
+    /// How the hold ended: `None` while it holds.
+    ended: Option<Result<(), Injected>>,
 }
 
 #[derive(Debug)]
 struct State {
-    /// Whether a request has reached the point (the first one stops there).
-    reached: Mutex<bool>,
-    reached_changed: Condvar,
+    /// Every arrival fails at once (a [`failing`] hold).
+    failing: bool,
+    gate: Mutex<Gate>,
+    changed: Condvar,
+    /// For an arrival on an async task, which must not block its thread.
     released: watch::Sender<bool>,
 }
 
@@ -47,11 +94,11 @@ pub struct Hold {
     state: Arc<State>,
 }
 
-/// Holds `point` for the next request with `key`.
-pub fn hold(point: Point, key: &str) -> Hold {
+fn install(point: Point, key: &str, failing: bool) -> Hold {
     let state = Arc::new(State {
-        reached: Mutex::new(false),
-        reached_changed: Condvar::new(),
+        failing,
+        gate: Mutex::default(),
+        changed: Condvar::new(),
         released: watch::Sender::new(false),
     });
     let id = (point, key.to_owned());
@@ -59,42 +106,97 @@ pub fn hold(point: Point, key: &str) -> Hold {
     Hold { id, state }
 }
 
-impl Hold {
-    /// Blocks until a request stops at the point; `false` after `timeout`.
-    pub fn wait_reached(&self, timeout: Duration) -> bool {
-        let reached = self.state.reached.lock().unwrap();
-        let (reached, _) = self
-            .state
-            .reached_changed
-            .wait_timeout_while(reached, timeout, |r| !*r)
-            .unwrap();
-        *reached
-    }
-
-    /// Lets the held request go on.
-    pub fn release(self) {}
+/// Holds `point` for the next arrival with `key`.
+pub fn hold(point: Point, key: &str) -> Hold {
+    install(point, key, false)
 }
 
-impl Drop for Hold {
-    fn drop(&mut self) {
+/// Makes every arrival at `point` with `key` fail at once while the
+/// returned hold lives.
+pub fn failing(point: Point, key: &str) -> Hold {
+    install(point, key, true)
+}
+
+impl Hold {
+    /// Blocks until one reaches the point; `false` after `timeout`.
+    pub fn wait_reached(&self, timeout: Duration) -> bool {
+        let gate = self.state.gate.lock().unwrap();
+        let (gate, _) = self
+            .state
+            .changed
+            .wait_timeout_while(gate, timeout, |g| !g.reached)
+            .unwrap();
+        gate.reached
+    }
+
+    /// Lets the held one go on.
+    pub fn release(self) {}
+
+    /// Makes the held one's step fail.
+    pub fn fail(self) {
+        self.end(Err(Injected));
+    }
+
+    fn end(&self, how: Result<(), Injected>) {
         holds().remove(&self.id);
+        let mut gate = self.state.gate.lock().unwrap();
+        gate.ended.get_or_insert(how);
+        self.state.changed.notify_all();
+        drop(gate);
         self.state.released.send_replace(true);
     }
 }
 
-/// Where a request passes `point`: the first with a held key stops here
-/// until the hold is released.
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.end(Ok(()));
+    }
+}
+
+fn state(point: Point, key: &str) -> Option<Arc<State>> {
+    holds().get(&(point, key.to_owned())).cloned()
+}
+
+/// Marks the point reached; `true` for the first arrival, which stops.
+fn arrive(state: &State) -> bool {
+    let mut gate = state.gate.lock().unwrap();
+    let first = !gate.reached;
+    gate.reached = true;
+    state.changed.notify_all();
+    first
+}
+
+/// Where a request passes `point` on an async task: the first with a held
+/// key stops here until the hold ends.
 pub(crate) async fn pass(point: Point, key: &str) {
-    let state = holds().get(&(point, key.to_owned())).cloned();
-    let Some(state) = state else { return };
-    {
-        let mut reached = state.reached.lock().unwrap();
-        if *reached {
-            return;
-        }
-        *reached = true;
-        state.reached_changed.notify_all();
+    let Some(state) = state(point, key) else {
+        return;
+    };
+    if !arrive(&state) {
+        return;
     }
     let mut released = state.released.subscribe();
     let _ = released.wait_for(|r| *r).await;
+}
+
+/// Where a thread passes `point`: the first with a held key blocks here
+/// until the hold ends, and fails if it was failed; with a [`failing`]
+/// hold, every one fails at once.
+pub(crate) fn pass_blocking(point: Point, key: &str) -> Result<(), Injected> {
+    let Some(state) = state(point, key) else {
+        return Ok(());
+    };
+    let first = arrive(&state);
+    if state.failing {
+        return Err(Injected);
+    }
+    if !first {
+        return Ok(());
+    }
+    let gate = state.gate.lock().unwrap();
+    let gate = state
+        .changed
+        .wait_while(gate, |g| g.ended.is_none())
+        .unwrap();
+    gate.ended.unwrap_or(Ok(()))
 }

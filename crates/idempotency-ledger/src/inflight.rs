@@ -146,6 +146,8 @@ impl InFlight {
                     }
                 }
             };
+            #[cfg(feature = "fault-points")]
+            crate::fault::pass(crate::fault::Point::Waiting, key).await;
             // Resolves (with an error) when the holder's sender is dropped.
             let ended = tokio::time::timeout_at(deadline.min(lease_end), over.changed()).await;
             if ended.is_err() && Instant::now() >= deadline {
@@ -237,6 +239,21 @@ mod tests {
         ));
         drop(first);
         assert!(waiter.await.unwrap_or(false));
+    }
+
+    #[tokio::test]
+    async fn a_waiter_takes_the_key_over_when_the_holder_outlives_its_lease() {
+        let in_flight = Arc::new(InFlight::new(8));
+        let lease = Duration::from_millis(50);
+        let far = Instant::now() + LEASE;
+        let hung = in_flight.enter("alice", "k", far, lease).await;
+        assert!(holds(&hung));
+        assert_eq!(in_flight.holders(), 1);
+        // It waits for the hung holder until the holder's lease ends, then
+        // takes the key over, long before its own deadline.
+        let next = in_flight.enter("alice", "k", far, lease).await;
+        assert!(holds(&next), "{next:?}");
+        assert_eq!(in_flight.holders(), 1, "one holder of the key");
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use tokio::time::Instant;
 
 use crate::admission::{Admission, WriteConnections};
+use crate::db::writer::{COMMIT_GRACE, write_bound};
 use crate::db::{Conn, Failure, PG_LOCK_WAIT, Pool, WriteError, classify};
 use crate::fingerprint::Fingerprint;
 use crate::inflight::{Entered, InFlight};
@@ -482,6 +483,14 @@ impl Ledger {
     /// PostgreSQL: the one-statement insert. `Some` when it decided the
     /// request (written and committed), `None` when it wrote nothing and the
     /// general way must decide.
+    ///
+    /// Bounded like [`Pool::write`]: no answer within the lease plus
+    /// [`COMMIT_GRACE`](crate::db::writer::COMMIT_GRACE) is
+    /// [`LedgerError::Unavailable`], the outcome unknown. The statement's
+    /// own work is cut at the lease (`statement_timeout`), but not its
+    /// commit (a wait for a synchronous standby), nor a server that stops
+    /// answering; the blocking thread then still waits with its connection,
+    /// and a retry finds the key recorded (a replay) or free (it runs).
     async fn insert_recorded<E>(
         &self,
         request: LedgerRequest<'_>,
@@ -498,7 +507,9 @@ impl Ledger {
         );
         let pool = self.inner.pool.clone();
         let row = one.row;
-        let written = tokio::task::spawn_blocking(move || {
+        #[cfg(feature = "fault-points")]
+        let key = request.key.as_str().to_owned();
+        let statement = tokio::task::spawn_blocking(move || {
             let mut pooled = pool.get().map_err(|e| e.to_string())?;
             let written = match pooled.conn() {
                 Conn::Postgres(c) => row.insert_recorded(c, &entry),
@@ -507,12 +518,22 @@ impl Ledger {
             // Classified while the connection is still held: one that lost
             // its server is then dropped instead of going back to the pool.
             let failure = written.as_ref().err().map(classify);
+            #[cfg(feature = "fault-points")]
+            crate::fault::pass_blocking(crate::fault::Point::AfterOneStatement, &key)
+                .map_err(|e| e.to_string())?;
             drop(pooled);
             Ok::<_, String>((written, failure))
-        })
-        .await
-        .map_err(|e| LedgerError::Internal(e.to_string()))?
-        .map_err(LedgerError::Unavailable)?;
+        });
+        let written = tokio::time::timeout(write_bound(self.inner.settings.lease), statement)
+            .await
+            .map_err(|_| {
+                LedgerError::Unavailable(format!(
+                    "no answer within the lease plus {} s: the outcome is unknown",
+                    COMMIT_GRACE.as_secs()
+                ))
+            })?
+            .map_err(|e| LedgerError::Internal(e.to_string()))?
+            .map_err(LedgerError::Unavailable)?;
         match written {
             (Ok(true), _) => Ok(Some(Outcome::Executed(one.response))),
             // The effect exists already, or another unit holds the key:

@@ -863,10 +863,16 @@ fn two_purges_at_once_delete_each_expired_entry_once() {
         deleted
     });
     // The second waits for the first's row locks…
+    // (A second that never waits finishes instead: the test then fails
+    // rather than hangs.)
     let mut watcher = PgConnection::establish(&db.url()).expect("connect");
-    while waiting_sessions(&mut watcher) == 0 {
+    while waiting_sessions(&mut watcher) == 0 && !second.is_finished() {
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert!(
+        !second.is_finished(),
+        "the second purge did not wait for the first's locks"
+    );
     // …and, once they are released, finds the entries gone.
     first.batch_execute("COMMIT").expect("commit");
     assert_eq!(second.join().expect("second purge").expect("no error"), 0);

@@ -4,6 +4,13 @@
 //! answers hand out — never how the target is built: an attack that achieved
 //! nothing is blocked, however it was refused; a refusal other than this
 //! contract's is a deviation. Every request and answer stays as evidence.
+//!
+//! A request that got no answer is listed (by the probe) and is a deviation
+//! where the contract says it is answered; it never stops a check from
+//! reading the target's state: orders made, changed or shown are evidence
+//! whatever else went wrong. Only when a check needs an answer to go on (the
+//! id of the order its first request made) does a missing one keep it from
+//! being judged, and its reason names that request.
 
 use std::collections::BTreeMap;
 
@@ -188,10 +195,26 @@ pub const ATTACKS: &[Attack] = &[
     },
 ];
 
-/// Requests this contract refuses with `want`, each with what it was: any
-/// other refusal (or a 2xx that names no order) is a deviation, one per
-/// status. Whether they created anything is judged by the state afterwards.
-fn refusals(p: &mut Probe<'_>, answers: &[(String, Response)], want: u16) {
+/// Requests this contract refuses with `want`, each with what it was and
+/// its answer, if one came: any other refusal (or a 2xx that names no order)
+/// is a deviation, one per status, and so is no answer. Whether they created
+/// anything is judged by the state afterwards.
+fn refusals(p: &mut Probe<'_>, answers: &[(String, Option<Response>)], want: u16) {
+    let unanswered: Vec<&str> = answers
+        .iter()
+        .filter(|(_, response)| response.is_none())
+        .map(|(what, _)| what.as_str())
+        .collect();
+    if !unanswered.is_empty() {
+        p.deviate(format!(
+            "no answer where the contract says {want}: {}",
+            unanswered.join(", ")
+        ));
+    }
+    let answers: Vec<(&String, &Response)> = answers
+        .iter()
+        .filter_map(|(what, response)| response.as_ref().map(|r| (what, r)))
+        .collect();
     let mut by_status: BTreeMap<u16, Vec<&str>> = BTreeMap::new();
     for (what, response) in answers {
         let names_an_order = response.success() && p.id_in(response).is_some();
@@ -291,7 +314,7 @@ fn member(p: &Probe<'_>, response: &Response, field: &str) -> String {
 fn atk_01(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let body = p.order_body("2", "9.99");
     let what = "a POST without Idempotency-Key".to_owned();
-    let response = p.post(User::A, None, &body)?;
+    let response = p.post(User::A, None, &body).ok();
     refusals(p, &[(what.clone(), response)], 400);
     nothing_created(p, User::A, &what)
 }
@@ -300,7 +323,7 @@ fn atk_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let body = p.order_body("2", "9.99");
     let mut answers = Vec::new();
     for key in ["", " ", "   ", "\t", " \t "] {
-        let response = p.post(User::A, Some(key), &body)?;
+        let response = p.post(User::A, Some(key), &body).ok();
         answers.push((format!("the key {key:?}"), response));
     }
     refusals(p, &answers, 400);
@@ -314,7 +337,15 @@ fn atk_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let id = created_id(p, &first, "the first request")?;
 
     let changed = "the changed body (quantity 99, price 0.01) with the same key";
-    let tampered = p.post(User::A, Some(&key), &p.order_body("99", "0.01"))?;
+    let tampered = p
+        .post(User::A, Some(&key), &p.order_body("99", "0.01"))
+        .ok();
+    let Some(tampered) = tampered else {
+        // No answer to judge: what it did is in the state.
+        refusals(p, &[(changed.to_owned(), None)], 409);
+        expect_unchanged(p, User::A, &id, &first, changed)?;
+        return more_than_one_created(p, "one key and its changed body");
+    };
     if tampered.success() {
         match p.id_in(&tampered) {
             Some(same) if same == id => {
@@ -336,13 +367,18 @@ fn atk_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             )),
         }
     } else {
-        refusals(p, &[(changed.to_owned(), tampered)], 409);
+        refusals(p, &[(changed.to_owned(), Some(tampered))], 409);
     }
     expect_unchanged(p, User::A, &id, &first, changed)?;
+    more_than_one_created(p, "one key and its changed body")
+}
+
+/// Exposed when user A has more than one new order: `what` made them.
+fn more_than_one_created(p: &mut Probe<'_>, what: &str) -> Result<(), CannotJudge> {
     let created = p.created(User::A)?;
     if created.len() > 1 {
         p.expose(format!(
-            "one key and its changed body created {} orders: {}",
+            "{what} created {} orders: {}",
             created.len(),
             created.join(", ")
         ));
@@ -354,9 +390,26 @@ fn atk_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let body = p.order_body("2", "9.99");
     let (key_a, key_b) = (p.key("04-a"), p.key("04-b"));
     let first = p.post(User::A, Some(&key_a), &body)?;
-    let second = p.post(User::A, Some(&key_b), &body)?;
+    let second = p.post(User::A, Some(&key_b), &body).ok();
     let a = created_id(p, &first, "the first key")?;
-    match p.id_in(&second).filter(|_| second.success()) {
+    match second.as_ref() {
+        None => p.deviate("no answer where the contract says 201: the second key"),
+        Some(second) => judge_second_key(p, &a, second),
+    }
+    let created = p.created(User::A)?;
+    if created.len() > 2 {
+        p.expose(format!(
+            "two keys created {} orders: {}",
+            created.len(),
+            created.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// ATK-04's second key, answered: its own order, not the first key's.
+fn judge_second_key(p: &mut Probe<'_>, a: &str, second: &Response) {
+    match p.id_in(second).filter(|_| second.success()) {
         Some(b) if b == a => p.expose(format!(
             "the second key was answered {} with the first key's order {a}: two different keys \
              collide, and the second request's order was never created",
@@ -371,15 +424,6 @@ fn atk_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             second.brief()
         )),
     }
-    let created = p.created(User::A)?;
-    if created.len() > 2 {
-        p.expose(format!(
-            "two keys created {} orders: {}",
-            created.len(),
-            created.join(", ")
-        ));
-    }
-    Ok(())
 }
 
 /// Rounds of the race; each round is a fresh key.
@@ -392,11 +436,17 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     for round in 1..=RACE_ROUNDS {
         let key = p.key(&format!("05-round-{round}"));
         let answers = p.race(User::A, &key, &body, count);
-        let mut responses = Vec::with_capacity(answers.len());
-        for answer in answers {
-            responses.push(answer?);
+        let sent = answers.len();
+        let responses: Vec<Response> = answers.into_iter().filter_map(Result::ok).collect();
+        let unanswered = sent - responses.len();
+        if unanswered > 0 {
+            p.deviate(format!(
+                "round {round}: {unanswered} of {sent} concurrent duplicates got no answer where \
+                 the contract says a 201, a replay or 409 in progress"
+            ));
         }
-        judge_race(p, round, &responses);
+        judge_race(p, round, &responses, unanswered);
+        // What the round made is in the state, answered or not.
         let created = p.created(User::A)?;
         let this_round: Vec<String> = created
             .iter()
@@ -405,16 +455,19 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             .collect();
         if this_round.len() > 1 {
             p.expose(format!(
-                "round {round}: {} concurrent requests with one key created {} orders: {}",
-                responses.len(),
+                "round {round}: {sent} concurrent requests with one key created {} orders: {}",
                 this_round.len(),
                 this_round.join(", ")
             ));
         }
         if this_round.is_empty() && p.exposures.is_empty() {
+            let why = match unanswered {
+                0 => String::new(),
+                n => format!(" ({n} of them got no answer: see the requests without an answer)"),
+            };
             return Err(CannotJudge(format!(
-                "round {round}: none of {} concurrent requests created an order: the race cannot be judged",
-                responses.len()
+                "round {round}: none of {sent} concurrent requests created an order{why}: the race \
+                 cannot be judged"
             )));
         }
         before = created;
@@ -422,16 +475,18 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     Ok(())
 }
 
-/// One round of identical concurrent requests: this contract answers one
-/// 201 and replays it (200) or says 409 in progress to the others; anything
-/// else is a deviation (what was created is judged by the state).
-fn judge_race(p: &mut Probe<'_>, round: usize, responses: &[Response]) {
+/// One round of identical concurrent requests, as far as they were answered:
+/// this contract answers one 201 and replays it (200) or says 409 in
+/// progress to the others; anything else is a deviation (what was created
+/// is judged by the state).
+fn judge_race(p: &mut Probe<'_>, round: usize, responses: &[Response], unanswered: usize) {
     let created = responses.iter().filter(|r| r.status == 201).count();
     let replays = responses.iter().filter(|r| r.status == 200).count();
     let in_progress = responses.iter().filter(|r| r.status == 409).count();
     p.note(format!(
-        "round {round}: {} requests: {created}×201, {replays}×200, {in_progress}×409, {} other",
-        responses.len(),
+        "round {round}: {} requests: {created}×201, {replays}×200, {in_progress}×409, {} other, \
+         {unanswered} without an answer",
+        responses.len() + unanswered,
         responses.len() - created - replays - in_progress
     ));
     if created > 1 {
@@ -470,7 +525,7 @@ fn refused_each(
 ) -> Result<(), CannotJudge> {
     let mut answers = Vec::new();
     for (what, body) in bodies {
-        let response = p.post(User::A, Some(key), body)?;
+        let response = p.post(User::A, Some(key), body).ok();
         answers.push((what.clone(), response));
     }
     refusals(p, &answers, status);
@@ -547,16 +602,20 @@ fn atk_09(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         "multipart/form-data; boundary=x",
         "text/plain",
     ] {
-        let response = p.send(
-            Call::new("POST", &base)
-                .by(User::A)
-                .key(Some(&key))
-                .header("Origin", FOREIGN_ORIGIN)
-                .header("Content-Type", content_type)
-                .body(form.clone()),
-        )?;
+        let response = p
+            .send(
+                Call::new("POST", &base)
+                    .by(User::A)
+                    .key(Some(&key))
+                    .header("Origin", FOREIGN_ORIGIN)
+                    .header("Content-Type", content_type)
+                    .body(form.clone()),
+            )
+            .ok();
         let what = format!("the {content_type} POST");
-        expect_no_grant(p, &response, &what);
+        if let Some(response) = &response {
+            expect_no_grant(p, response, &what);
+        }
         answers.push((what, response));
     }
     refusals(p, &answers, 415);
@@ -570,11 +629,16 @@ fn atk_09(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
                 "Access-Control-Request-Headers",
                 "authorization, content-type, idempotency-key",
             ),
-    )?;
-    if preflight.status >= 500 {
-        p.deviate(format!("the preflight was answered {}", preflight.brief()));
+    );
+    match preflight {
+        Ok(preflight) => {
+            if preflight.status >= 500 {
+                p.deviate(format!("the preflight was answered {}", preflight.brief()));
+            }
+            expect_no_grant(p, &preflight, "the preflight");
+        }
+        Err(_) => p.deviate("the preflight got no answer"),
     }
-    expect_no_grant(p, &preflight, "the preflight");
 
     let json_key = p.key("09-json");
     let body = p.order_body("2", "9.99");
@@ -584,8 +648,11 @@ fn atk_09(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             .key(Some(&json_key))
             .header("Origin", FOREIGN_ORIGIN)
             .json(body),
-    )?;
-    expect_no_grant(p, &json_post, "a JSON POST from the foreign origin");
+    );
+    match json_post {
+        Ok(json_post) => expect_no_grant(p, &json_post, "a JSON POST from the foreign origin"),
+        Err(_) => p.deviate("a JSON POST from the foreign origin got no answer"),
+    }
     Ok(())
 }
 
@@ -616,9 +683,16 @@ fn atk_12(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         format!(r#"\"); DELETE FROM idempotency_ledger; -- {run}"#),
     ];
     let body = p.order_body("2", "9.99");
+    // Keys whose first request made (or may have made: no answer) an order.
     let (mut accepted, mut not_replayed) = (0, BTreeMap::<u16, Vec<String>>::new());
     for key in &keys {
-        let first = p.post(User::A, Some(key), &body)?;
+        let Ok(first) = p.post(User::A, Some(key), &body) else {
+            p.deviate(format!(
+                "no answer where the contract says 201 (an opaque key): the key {key:?}"
+            ));
+            accepted += 1;
+            continue;
+        };
         let Some(id) = p.id_in(&first).filter(|_| first.success()) else {
             p.deviate(format!(
                 "{} where the contract says 201 (an opaque key): the key {key:?}",
@@ -627,7 +701,12 @@ fn atk_12(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             continue;
         };
         accepted += 1;
-        let retry = p.post(User::A, Some(key), &body)?;
+        let Ok(retry) = p.post(User::A, Some(key), &body) else {
+            p.deviate(format!(
+                "no answer where the contract says a 200 replay of order {id}: the retry with the key {key:?}"
+            ));
+            continue;
+        };
         match p.id_in(&retry).filter(|_| retry.success()) {
             Some(same) if same == id && retry.status != 200 => not_replayed
                 .entry(retry.status)
@@ -670,8 +749,29 @@ fn ext_01(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let body = p.order_body("2", "9.99");
     let first = p.post(User::A, Some(&key), &body)?;
     let a = created_id(p, &first, "user A's request")?;
-    let bobs = p.post(User::B, Some(&key), &body)?;
-    match p.id_in(&bobs).filter(|_| bobs.success()) {
+    if let Ok(bobs) = p.post(User::B, Some(&key), &body) {
+        judge_other_users_key(p, &a, &bobs);
+    } else {
+        p.deviate("no answer where the contract says 201: user B's request with a key user A used");
+    }
+    match p.post(User::A, Some(&key), &body) {
+        Ok(again) => judge_own_retry(p, &a, &again),
+        Err(_) => p.deviate("no answer where the contract says a 200 replay: user A's retry"),
+    }
+    let created = p.created(User::A)?;
+    if created.len() > 1 {
+        p.expose(format!(
+            "user A's key created {} orders for user A: {}",
+            created.len(),
+            created.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// EXT-01: user B's request with user A's key, answered.
+fn judge_other_users_key(p: &mut Probe<'_>, a: &str, bobs: &Response) {
+    match p.id_in(bobs).filter(|_| bobs.success()) {
         Some(same) if same == a => p.expose(format!(
             "user B's request with user A's key was answered {} with user A's order {a}: \
              keys are not scoped to their user, so B reads A's order",
@@ -687,8 +787,11 @@ fn ext_01(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             bobs.brief()
         )),
     }
-    let again = p.post(User::A, Some(&key), &body)?;
-    match p.id_in(&again).filter(|_| again.success()) {
+}
+
+/// EXT-01: user A's retry of its own request, answered.
+fn judge_own_retry(p: &mut Probe<'_>, a: &str, again: &Response) {
+    match p.id_in(again).filter(|_| again.success()) {
         Some(same) if same == a && again.status != 200 => p.deviate(format!(
             "{} where the contract says 200 (a replay): user A's retry",
             again.status
@@ -699,15 +802,6 @@ fn ext_01(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             again.brief()
         )),
     }
-    let created = p.created(User::A)?;
-    if created.len() > 1 {
-        p.expose(format!(
-            "user A's key created {} orders for user A: {}",
-            created.len(),
-            created.join(", ")
-        ));
-    }
-    Ok(())
 }
 
 fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
@@ -739,10 +833,15 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             if method == "PATCH" {
                 call = call.json(patch.clone());
             }
-            answers.push(p.send(call)?);
+            answers.push(p.send(call).ok());
         }
-        let (foreign, nonexistent) = (&answers[0], &answers[1]);
         let what = format!("user B's {method} of user A's order");
+        let (Some(foreign), Some(nonexistent)) = (&answers[0], &answers[1]) else {
+            p.deviate(format!(
+                "no answer where the contract says 404: {what}, or of a nonexistent order"
+            ));
+            continue;
+        };
         if foreign.success() {
             p.expose(format!(
                 "{what} {id} was answered {}: {}",
@@ -752,8 +851,8 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             continue;
         }
         let (f, n) = (
-            foreign.body.replace(&id, "{id}"),
-            nonexistent.body.replace(&missing, "{id}"),
+            without_occurrence(&foreign.body).replace(&id, "{id}"),
+            without_occurrence(&nonexistent.body).replace(&missing, "{id}"),
         );
         if f != n || foreign.status != nonexistent.status {
             p.deviate(format!(
@@ -778,21 +877,36 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     Ok(())
 }
 
+/// `body` without what names one occurrence rather than the answer: an
+/// RFC 9457 problem's `instance` (this service's is the request id, so two
+/// answers that say the same thing differ in it). Any other body as it is.
+fn without_occurrence(body: &str) -> String {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(mut members) if members.contains_key("instance") => {
+            members.remove("instance");
+            serde_json::Value::Object(members).to_string()
+        }
+        _ => body.to_owned(),
+    }
+}
+
 fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let body = p.order_body("2", "9.99");
     let prefix = p.key("ext-03-");
     let too_long = format!("{prefix}{}", "k".repeat(256 - prefix.len()));
     let what = "a key of 256 characters".to_owned();
-    let refused = p.post(User::A, Some(&too_long), &body)?;
+    let refused = p.post(User::A, Some(&too_long), &body).ok();
     let unbounded =
         "keys are not bounded, so a client can make the target store a key of any length";
-    let accepted = p.id_in(&refused).filter(|_| refused.success());
-    match &accepted {
-        Some(id) => p.expose(format!(
+    let accepted = refused
+        .as_ref()
+        .and_then(|r| p.id_in(r).filter(|_| r.success()));
+    match (&accepted, refused) {
+        (Some(id), Some(refused)) => p.expose(format!(
             "{what} was accepted ({} with order {id}): {unbounded}",
             refused.status
         )),
-        None => refusals(p, &[(what.clone(), refused)], 400),
+        (_, refused) => refusals(p, &[(what.clone(), refused)], 400),
     }
     let created: Vec<String> = p
         .created(User::A)?
@@ -806,12 +920,15 @@ fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         ));
     }
     let longest = format!("{prefix}{}", "k".repeat(255 - prefix.len()));
-    let accepted = p.post(User::A, Some(&longest), &body)?;
-    if !accepted.success() {
-        p.deviate(format!(
+    match p.post(User::A, Some(&longest), &body) {
+        Ok(accepted) if accepted.success() => {}
+        Ok(accepted) => p.deviate(format!(
             "{} where the contract says 201: a key of exactly 255 characters",
             accepted.brief()
-        ));
+        )),
+        Err(_) => {
+            p.deviate("no answer where the contract says 201: a key of exactly 255 characters")
+        }
     }
     Ok(())
 }
@@ -825,7 +942,12 @@ fn ext_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         p.deviate("the 201 has no Location");
     }
     for _ in 1..=2 {
-        let replay = p.post(User::A, Some(&key), &body)?;
+        let Ok(replay) = p.post(User::A, Some(&key), &body) else {
+            p.deviate(format!(
+                "no answer where the contract says a 200 replay of order {id}: a retry"
+            ));
+            continue;
+        };
         match p.id_in(&replay).filter(|_| replay.success()) {
             Some(other) if other != id => {
                 p.expose(format!(
@@ -877,4 +999,25 @@ fn ext_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_occurrence;
+
+    #[test]
+    fn two_problems_that_differ_only_in_their_instance_say_the_same() {
+        let a = r#"{"type":"/problems/not-found","status":404,"instance":"urn:request:a"}"#;
+        let b = r#"{"type":"/problems/not-found","status":404,"instance":"urn:request:b"}"#;
+        assert_eq!(without_occurrence(a), without_occurrence(b));
+        let other = r#"{"type":"/problems/forbidden","status":404,"instance":"urn:request:a"}"#;
+        assert_ne!(without_occurrence(a), without_occurrence(other));
+    }
+
+    #[test]
+    fn a_body_without_an_instance_is_compared_as_it_is() {
+        for body in ["not found", r#"{"b":1, "a":2}"#, "[1]", ""] {
+            assert_eq!(without_occurrence(body), body);
+        }
+    }
 }

@@ -9,14 +9,21 @@
 //! Each attack is defined once, in [`checks::ATTACKS`]; the integration suite
 //! runs exactly these definitions against the server it spawns, so the
 //! command and CI cannot drift apart.
+//!
+//! Two more commands judge a service by its history instead of one attack
+//! at a time: [`history`] checks a history recorded by any tool, and
+//! [`chaos`] records one through its own fault-injecting proxy, with
+//! retrying clients, and checks it.
 
+pub mod chaos;
 pub mod checks;
+pub mod history;
+pub mod invariants;
 pub mod probe;
 mod report;
 pub mod shape;
 pub mod wire;
 
-use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -31,9 +38,13 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 pub const DEFAULT_BASE_PATH: &str = "/v1/orders";
 pub const DEFAULT_CONCURRENCY: usize = 50;
 
-/// `orders-api atk`'s flags.
+/// `orders-api atk`'s flags: the attack scenarios, or one of its commands.
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct AtkArgs {
+    /// `chaos` or `history`; without one, the attack scenarios run.
+    #[command(subcommand)]
+    pub command: Option<AtkCommand>,
     /// The deployment to attack (it writes to it: orders whose item is `atk-<run id>`).
     #[arg(long, default_value = DEFAULT_SERVER)]
     pub server: String,
@@ -86,6 +97,18 @@ pub struct AtkArgs {
     pub allow_remote: bool,
 }
 
+/// The commands of `orders-api atk` besides the attack scenarios.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AtkCommand {
+    /// Drive retrying clients through a fault-injecting proxy, record the
+    /// history and check it (exit 0 only when something was acknowledged
+    /// and the history is consistent).
+    Chaos(Box<chaos::ChaosArgs>),
+    /// Check a recorded history (JSON Lines, Jepsen's shape) against the
+    /// idempotency contract: exit 0 consistent, 1 inconsistent, 2 malformed.
+    History(history::HistoryArgs),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Text,
@@ -115,6 +138,33 @@ pub enum AtkError {
     NothingRan { reason: String },
     #[error("{deviations} deviation(s) from the contract (--strict): {ids}")]
     Deviations { deviations: usize, ids: String },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{file} is not a history that can be checked: {malformed}")]
+    Malformed {
+        file: String,
+        malformed: history::Malformed,
+    },
+    #[error("the history is inconsistent: {violations} violation(s) of {rules}")]
+    Inconsistent { violations: usize, rules: String },
+    #[error("nothing was acknowledged, so nothing was judged: {reason}")]
+    NothingAcknowledged { reason: String },
+    #[error("the run cannot be judged: {0}")]
+    CannotJudge(String),
+}
+
+impl AtkError {
+    /// The exit status it calls for: `2` when a history cannot be read or
+    /// is malformed, `1` for everything else that fails a run.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AtkError::Read { .. } | AtkError::Malformed { .. } => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// What a check found.
@@ -158,6 +208,10 @@ pub struct CheckReport {
     /// Where a blocked attack was answered otherwise than this contract.
     pub deviations: Vec<String>,
     pub notes: Vec<String>,
+    /// Every request of the check (its control's included) that got no
+    /// whole answer, with why. The verdict never drops the target's state
+    /// for them; a check that could not be judged without one says which.
+    pub unanswered: Vec<String>,
     /// The control's requests and answers (a valid create with a fresh key).
     pub control: Vec<Exchange>,
     /// The attack's requests and answers.
@@ -198,6 +252,7 @@ impl Attack {
             verdict: Verdict::Blocked,
             deviations: Vec::new(),
             notes: Vec::new(),
+            unanswered: Vec::new(),
             control: Vec::new(),
             exchanges: Vec::new(),
             orders: Vec::new(),
@@ -242,6 +297,7 @@ impl Attack {
         report.orders = orders.into_iter().collect();
         report.deviations = probe.deviations;
         report.notes = probe.notes;
+        report.unanswered = probe.unanswered;
         report.control = probe.control;
         report.exchanges = probe.exchanges;
         report.millis = started.elapsed().as_millis();
@@ -412,34 +468,25 @@ fn cancel_all(target: &Target, orders: &[(User, String)]) -> Cleanup {
 
 /// `orders-api atk`: checks the flags, runs, reports; `Err` when an attack
 /// was exposed, nothing could run, or (with `--strict`) a check deviated.
+/// With a command, that command ([`chaos::run`], [`history::run`]).
 pub fn run(args: &AtkArgs) -> Result<(), AtkError> {
+    match &args.command {
+        Some(AtkCommand::Chaos(chaos)) => return chaos::run(chaos),
+        Some(AtkCommand::History(history)) => return history::run(history),
+        None => {}
+    }
     let target = target_of(args)?;
     let attacks = select(&args.only)?;
     reachable(&target)?;
     let mut report = run_attacks(&target, &attacks, args.keep);
     report.strict = args.strict;
 
-    let rendered = report::render(&report, args.format);
-    let mut stdout = std::io::stdout().lock();
-    let stdout_error = |source| AtkError::Write {
-        path: "stdout".into(),
-        source,
-    };
-    match &args.out {
-        Some(path) => {
-            std::fs::write(path, rendered).map_err(|source| AtkError::Write {
-                path: path.display().to_string(),
-                source,
-            })?;
-            let text = report::render(&report, Format::Text);
-            writeln!(stdout, "report written to {}", path.display()).map_err(stdout_error)?;
-            stdout.write_all(text.as_bytes()).map_err(stdout_error)?;
-        }
-        None => stdout
-            .write_all(rendered.as_bytes())
-            .map_err(stdout_error)?,
-    }
-    stdout.flush().map_err(stdout_error)?;
+    report::emit(
+        &report::render(&report, Format::Text),
+        &|format| report::render(&report, format),
+        args.format,
+        args.out.as_deref(),
+    )?;
     report.outcome()
 }
 
@@ -496,7 +543,7 @@ fn target_of(args: &AtkArgs) -> Result<Target, AtkError> {
 }
 
 /// `localhost`, `*.localhost`, 127.0.0.0/8 or `::1`.
-fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || host.to_ascii_lowercase().ends_with(".localhost")

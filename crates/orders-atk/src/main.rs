@@ -1,6 +1,7 @@
 //! `orders-atk`: the attack runner on its own, for a team that wants only it
 //! in its CI (`cargo install --path crates/orders-atk`). The same command as
-//! `orders-api atk`, with the same flags, reports and exit codes.
+//! `orders-api atk`, with the same flags, commands (`chaos`, `history`),
+//! reports and exit codes.
 
 use std::process::ExitCode;
 
@@ -20,7 +21,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("orders-atk: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -2,7 +2,9 @@
 //! as nobody, when the target has no authentication), every one kept as
 //! evidence (trimmed, tokens hidden); the orders of this run as the
 //! target's listing shows them, or as its answers named them; and what the
-//! check found: exposures, deviations from the contract, notes.
+//! check found: exposures, deviations from the contract, notes, and the
+//! requests that got no answer (each listed, never a reason to drop what
+//! the target's state shows).
 
 use std::collections::BTreeSet;
 use std::sync::Barrier;
@@ -160,6 +162,22 @@ pub enum User {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CannotJudge(pub String);
 
+/// Why a request has no answer to judge.
+enum NoAnswer {
+    /// It was never sent (no token for its user).
+    NotSent(String),
+    /// It was sent and no whole answer came back: `METHOD PATH got no answer: why`.
+    Unanswered(String),
+}
+
+impl NoAnswer {
+    fn why(&self) -> &str {
+        match self {
+            NoAnswer::NotSent(why) | NoAnswer::Unanswered(why) => why,
+        }
+    }
+}
+
 pub use crate::wire::Response;
 
 /// What the checks read of an answer, beyond [`crate::wire`]'s.
@@ -307,6 +325,9 @@ pub struct Probe<'t> {
     /// Where the target answered otherwise than this contract, without the
     /// attack achieving anything.
     pub(crate) deviations: Vec<String>,
+    /// The requests of the control and the attack that got no whole answer,
+    /// each with why: `METHOD PATH got no answer: …`.
+    pub(crate) unanswered: Vec<String>,
     /// This run's orders per user when the attack started (the control's included).
     baseline: [BTreeSet<String>; 2],
     /// Whether each user's listing shows the orders they create (the
@@ -328,6 +349,7 @@ impl<'t> Probe<'t> {
             notes: Vec::new(),
             exposures: Vec::new(),
             deviations: Vec::new(),
+            unanswered: Vec::new(),
             baseline: [BTreeSet::new(), BTreeSet::new()],
             listing: [false, false],
             control_ids: [None, None],
@@ -507,15 +529,25 @@ impl<'t> Probe<'t> {
     }
 
     /// Sends `call` and keeps the exchange as evidence; a 5xx that shows
-    /// internals is an exposure, whatever the check.
+    /// internals is an exposure, whatever the check. A request that got no
+    /// answer is listed in [`Probe::unanswered`]; the check decides whether
+    /// it can judge without it (the target's state usually can).
     pub(crate) fn send(&mut self, call: Call<'_>) -> Result<Response, CannotJudge> {
         let user = call.user.unwrap_or(User::A);
         let what = format!("{} {}", call.method, call.path);
         let (exchange, result) = send_with(&self.agent, self.target, call);
         self.exchanges.push(exchange);
-        let response = result?;
+        let response = result.map_err(|e| self.no_answer(e))?;
         self.judge_answer(user, &what, &response);
         Ok(response)
+    }
+
+    /// Lists a request that was sent and got no answer; the reason either way.
+    fn no_answer(&mut self, e: NoAnswer) -> CannotJudge {
+        if let NoAnswer::Unanswered(why) = &e {
+            self.unanswered.push(why.clone());
+        }
+        CannotJudge(e.why().to_owned())
     }
 
     /// What every answer tells: the order it names, internals it shows.
@@ -554,7 +586,7 @@ impl<'t> Probe<'t> {
     /// `count` identical `POST {base}` with one key, released together by a
     /// barrier, each on its own connection. Returns every answer (or why
     /// none came), in thread order; keeps one exchange per distinct answer
-    /// (the first ten).
+    /// (the first ten), and lists every request that got no answer.
     pub fn race(
         &mut self,
         user: User,
@@ -565,7 +597,7 @@ impl<'t> Probe<'t> {
         let barrier = Barrier::new(count);
         let target = self.target;
         let base = self.base().to_owned();
-        let results: Vec<(Exchange, Result<Response, CannotJudge>)> = std::thread::scope(|s| {
+        let results: Vec<(Exchange, Result<Response, NoAnswer>)> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..count)
                 .map(|_| {
                     let (barrier, base) = (&barrier, &base);
@@ -583,7 +615,9 @@ impl<'t> Probe<'t> {
                     Ok(result) => result,
                     Err(_) => (
                         no_answer_exchange("POST", &base),
-                        Err(CannotJudge("a client thread died".into())),
+                        Err(NoAnswer::Unanswered(format!(
+                            "POST {base} got no answer: its client thread died"
+                        ))),
                     ),
                 })
                 .collect()
@@ -595,7 +629,7 @@ impl<'t> Probe<'t> {
         for (exchange, result) in results {
             let kind = match &result {
                 Ok(r) => format!("{} {} {}", r.status, r.replayed(), r.body),
-                Err(f) => f.0.clone(),
+                Err(e) => e.why().to_owned(),
             };
             if kinds.insert(kind) {
                 if kinds.len() <= RACE_EXCHANGES_KEPT {
@@ -607,7 +641,7 @@ impl<'t> Probe<'t> {
             if let Ok(r) = &result {
                 self.judge_answer(user, &what, r);
             }
-            answers.push(result);
+            answers.push(result.map_err(|e| self.no_answer(e)));
         }
         if dropped > 0 {
             self.notes.push(format!(
@@ -651,7 +685,13 @@ impl<'t> Probe<'t> {
             let path = self.list_path(cursor.as_deref());
             let (exchange, result) =
                 send_with(&self.agent, self.target, Call::new("GET", &path).by(user));
-            let page = result?;
+            let page = match result {
+                Ok(page) => page,
+                Err(e) => {
+                    self.exchanges.push(exchange);
+                    return Err(self.no_answer(e));
+                }
+            };
             let json = page.json().filter(|_| page.success());
             let Some(orders) = json.as_ref().and_then(Shape::listed) else {
                 self.exchanges.push(exchange);
@@ -751,7 +791,7 @@ fn send_with(
     agent: &ureq::Agent,
     target: &Target,
     call: Call<'_>,
-) -> (Exchange, Result<Response, CannotJudge>) {
+) -> (Exchange, Result<Response, NoAnswer>) {
     let mut headers: Vec<(String, String)> = Vec::new();
     let mut shown: Vec<(String, String)> = Vec::new();
     // Without a token the request carries no `Authorization`: a target
@@ -761,10 +801,11 @@ fn send_with(
         .filter(|u| target.token_of(*u).is_some() || *u == User::B);
     if let Some(user) = user {
         let Some(token) = target.token_of(user) else {
-            let exchange = no_answer_exchange(call.method, call.path);
+            let mut exchange = no_answer_exchange(call.method, call.path);
+            exchange.error = Some("not sent: no token".into());
             return (
                 exchange,
-                Err(CannotJudge(format!("no token for user {user:?}"))),
+                Err(NoAnswer::NotSent(format!("no token for user {user:?}"))),
             );
         };
         headers.push(("Authorization".into(), format!("Bearer {token}")));
@@ -806,7 +847,7 @@ fn send_with(
         Err(e) => {
             let why = format!("{} {} got no answer: {e}", call.method, call.path);
             exchange.error = Some(e);
-            (exchange, Err(CannotJudge(why)))
+            (exchange, Err(NoAnswer::Unanswered(why)))
         }
     }
 }

@@ -11,8 +11,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
-use orders_atk::{ATTACKS, RunReport, Shape, Target, Verdict, run_attacks};
-use support::seed::{Dialect, SeedServer};
+use orders_atk::{ATTACKS, RunReport, Shape, Target, Verdict, find, run_attacks};
+use support::seed::{Dialect, Quirks, SeedServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_orders-atk");
 
@@ -406,4 +406,147 @@ fn a_wrong_id_field_is_not_run_and_says_which_member_it_looked_for() {
         out.ends_with("\n0 blocked, 0 exposed, 1 not run, 0 skipped, 0 deviations\n"),
         "{out}"
     );
+}
+
+/// Issue 29.7: a target that makes an order for every request and drops
+/// the answer of every other duplicate. Its rounds of the race are judged
+/// by what it made — several orders for one key: EXPOSED — and each
+/// request that got no answer is listed, in the text, the JSON and the
+/// JUnit report. Before, the first missing answer made ATK-05 "not run",
+/// and the orders it made were never looked at.
+#[test]
+fn a_target_that_drops_answers_and_makes_an_order_per_request_is_exposed_on_atk_05_with_its_unanswered_requests_listed()
+ {
+    let seed = SeedServer::with_quirks(
+        Dialect::SEED,
+        Quirks {
+            order_per_request: true,
+            drops: |_, before| before % 2 == 1,
+        },
+    );
+    let mut target = Target::new(&seed.address);
+    target.shape = Shape::seed();
+    target.concurrency = 8;
+
+    let report = run_attacks(&target, &[find("ATK-05").unwrap()], true);
+
+    let check = &report.checks[0];
+    let all = text(&report);
+    let Verdict::Exposed { exposed } = &check.verdict else {
+        panic!("{all}")
+    };
+    assert!(
+        exposed[0].starts_with("round 1: 8 concurrent requests with one key created 8 orders: "),
+        "{all}"
+    );
+    // Three rounds of eight; in each, the 2nd, 4th, 6th and 8th got no answer.
+    assert_eq!(check.unanswered.len(), 12, "{all}");
+    assert!(
+        check
+            .unanswered
+            .iter()
+            .all(|u| u.starts_with("POST /orders got no answer: ")),
+        "{:?}",
+        check.unanswered
+    );
+    assert!(
+        check
+            .deviations
+            .iter()
+            .any(|d| d.contains("4 of 8 concurrent duplicates got no answer")),
+        "{all}"
+    );
+    assert_eq!(
+        seed.order_count(),
+        1 + 3 * 8,
+        "the control's and the rounds'"
+    );
+
+    // In each report format.
+    let dir = std::env::temp_dir().join(format!("atk-unanswered-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |format: &str| {
+        let out = dir.join(format!("report.{format}"));
+        let output = orders_atk(&[
+            "--server",
+            &seed.address,
+            "--profile",
+            "seed",
+            "--only",
+            "ATK-05",
+            "--concurrency",
+            "8",
+            "--format",
+            format,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(1), "{format}");
+        (
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            std::fs::read_to_string(&out).unwrap(),
+        )
+    };
+    let (text, _) = run("text");
+    assert!(text.contains("EXPOSED  ATK-05"), "{text}");
+    assert_eq!(
+        text.matches("no answer: POST /orders got no answer: ")
+            .count(),
+        12,
+        "{text}"
+    );
+    assert!(
+        text.contains("12 request(s) got no answer: each is listed under its check"),
+        "{text}"
+    );
+    let (_, json) = run("json");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["checks"][0]["verdict"], "exposed");
+    assert_eq!(
+        json["checks"][0]["unanswered"].as_array().map(Vec::len),
+        Some(12),
+        "{json:#}"
+    );
+    let (_, xml) = run("junit");
+    assert!(
+        xml.contains(r#"<property name="unanswered" value="12"/>"#),
+        "{xml}"
+    );
+    assert!(xml.contains(r#"type="EXPOSED""#), "{xml}");
+    assert_eq!(
+        xml.matches("no answer: POST /orders got no answer: ")
+            .count(),
+        12,
+        "{xml}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A check that needs an answer to go on — ATK-03 needs the order its
+/// first request made — and does not get it is not run, and says which
+/// request kept it from being judged; the request is listed.
+#[test]
+fn a_check_kept_from_being_judged_by_a_request_without_an_answer_says_which() {
+    let seed = SeedServer::with_quirks(
+        Dialect::SEED,
+        Quirks {
+            order_per_request: false,
+            drops: |key, before| key.ends_with("-03") && before == 0,
+        },
+    );
+    let mut target = Target::new(&seed.address);
+    target.shape = Shape::seed();
+
+    let report = run_attacks(&target, &[find("ATK-03").unwrap()], true);
+
+    let check = &report.checks[0];
+    let Verdict::NotRun { reason } = &check.verdict else {
+        panic!("{}", text(&report))
+    };
+    assert!(
+        reason.starts_with("the attack could not be judged: POST /orders got no answer: "),
+        "{reason}"
+    );
+    assert_eq!(check.unanswered.len(), 1, "{:?}", check.unanswered);
+    assert!(reason.ends_with(&check.unanswered[0]["POST /orders got no answer: ".len()..]));
 }

@@ -11,7 +11,7 @@ use diesel::result::Error as DieselError;
 use super::failure;
 use super::pg::{PgManager, PgSession, checked_out};
 use super::sqlite::{SqliteManager, SqliteSession};
-use super::writer::{WriteError, WriterSlot, WriterStats};
+use super::writer::{WriteError, WriterHealth, WriterSlot, WriterStats, write_bound};
 
 /// Which database a pool talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum Pool {
     /// Readers and the one writer.
     Sqlite(SqlitePool),
     /// One pool for reads and writes.
-    Postgres(r2d2::Pool<PgManager>),
+    Postgres(PgPool),
 }
 
 /// SQLite: pooled connections for reads, and one
@@ -57,6 +57,16 @@ pub enum Pool {
 pub struct SqlitePool {
     readers: r2d2::Pool<SqliteManager>,
     writer: Arc<WriterSlot>,
+}
+
+/// PostgreSQL: one pool of connections for reads and writes, whose
+/// sessions start with the lease's timeouts.
+#[derive(Clone)]
+pub struct PgPool {
+    connections: r2d2::Pool<PgManager>,
+    /// How long a unit may take, with [`COMMIT_GRACE`](super::writer::COMMIT_GRACE),
+    /// before its caller is answered.
+    lease: Duration,
 }
 
 /// A connection checked out of [`Pool`].
@@ -128,13 +138,16 @@ impl Pool {
             Backend::Postgres => {
                 PgConnection::establish(url)?;
                 failure::learn_wording(url).map_err(ConnectError::Session)?;
-                pool_builder(options)
+                let connections = pool_builder(options)
                     .connection_customizer(Box::new(PgSession {
                         lease: options.lease,
                     }))
                     .build(PgManager(ConnectionManager::new(url)))
-                    .map(Pool::Postgres)
-                    .map_err(|e| ConnectError::Pool(e.to_string()))
+                    .map_err(|e| ConnectError::Pool(e.to_string()))?;
+                Ok(Pool::Postgres(PgPool {
+                    connections,
+                    lease: options.lease,
+                }))
             }
         }
     }
@@ -151,7 +164,7 @@ impl Pool {
     pub fn max_size(&self) -> u32 {
         match self {
             Pool::Sqlite(p) => p.readers.max_size(),
-            Pool::Postgres(p) => p.max_size(),
+            Pool::Postgres(p) => p.connections.max_size(),
         }
     }
 
@@ -162,7 +175,7 @@ impl Pool {
     pub fn get(&self) -> Result<PooledConn, Unavailable> {
         match self {
             Pool::Sqlite(p) => p.readers.get().map(PooledConn::Sqlite),
-            Pool::Postgres(p) => checked_out(p).map(PooledConn::Postgres),
+            Pool::Postgres(p) => checked_out(&p.connections).map(PooledConn::Postgres),
         }
         .map_err(|e| Unavailable(e.to_string()))
     }
@@ -173,6 +186,28 @@ impl Pool {
         match self {
             Pool::Sqlite(p) => p.writer.stats(),
             Pool::Postgres(_) => None,
+        }
+    }
+
+    /// Whether the SQLite writer can write ([`WriterHealth::Ready`] on
+    /// PostgreSQL, where each unit has a connection of its own, and before
+    /// the first write).
+    pub fn writer_health(&self) -> WriterHealth {
+        match self {
+            Pool::Sqlite(p) => p.writer.health(),
+            Pool::Postgres(_) => WriterHealth::Ready,
+        }
+    }
+
+    /// Resolves, with why, once the SQLite writer has given up: writing has
+    /// been impossible for longer than the lease plus
+    /// [`COMMIT_GRACE`](super::writer::COMMIT_GRACE), and the process cannot
+    /// recover by itself — it should exit so that its supervisor restarts
+    /// it. Never on PostgreSQL.
+    pub async fn writer_gave_up(&self) -> String {
+        match self {
+            Pool::Sqlite(p) => p.writer.gave_up().await,
+            Pool::Postgres(_) => std::future::pending().await,
         }
     }
 
@@ -189,7 +224,12 @@ impl Pool {
     ///   commits.
     ///
     /// The outer `Err` says the unit's fate is that of a rolled-back one
-    /// (the batch could not commit, or no connection was available).
+    /// (the batch could not commit, or no connection was available) —
+    /// except when no answer came within the lease plus
+    /// [`COMMIT_GRACE`](super::writer::COMMIT_GRACE), on either backend:
+    /// then the outcome is unknown (a `COMMIT` may still go through after
+    /// the caller was answered; on PostgreSQL the blocking thread still runs
+    /// the unit, whose transaction keeps its key's lock until it ends).
     pub async fn write<F, T, E>(&self, work: F) -> Result<Result<T, E>, WriteError>
     where
         F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
@@ -199,10 +239,15 @@ impl Pool {
         match self {
             Pool::Sqlite(p) => p.writer.get()?.run(work).await,
             Pool::Postgres(p) => {
-                let pool = p.clone();
-                tokio::task::spawn_blocking(move || pg_transaction(&pool, work))
-                    .await
-                    .map_err(|e| WriteError::Panicked(e.to_string()))?
+                let pool = p.connections.clone();
+                let unit = tokio::task::spawn_blocking(move || pg_transaction(&pool, work));
+                match tokio::time::timeout(write_bound(p.lease), unit).await {
+                    Ok(ran) => ran.map_err(|e| WriteError::Panicked(e.to_string()))?,
+                    Err(_) => Err(WriteError::Unavailable(format!(
+                        "no answer within the lease plus {} s: the outcome is unknown",
+                        super::writer::COMMIT_GRACE.as_secs()
+                    ))),
+                }
             }
         }
     }
@@ -217,7 +262,7 @@ impl Pool {
     {
         match self {
             Pool::Sqlite(p) => p.writer.get()?.run_blocking(work),
-            Pool::Postgres(p) => pg_transaction(p, work),
+            Pool::Postgres(p) => pg_transaction(&p.connections, work),
         }
     }
 }

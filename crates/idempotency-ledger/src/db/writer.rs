@@ -25,43 +25,59 @@
 //! [`WriteError::Overloaded`] at once instead of growing without limit.
 //! When the last handle goes, the writer finishes what is queued and stops.
 //!
-//! The writer cannot be stalled or lost for good. A watchdog thread looks at
-//! it every [`WATCH_EVERY`]:
+//! The writer cannot be stalled or lost for good, and every phase of a
+//! write is bounded. A watchdog thread looks at it every [`WATCH_EVERY`],
+//! and never waits for the disk itself:
 //!
-//! - a batch running past the lease is **abandoned**: its callers are
-//!   answered [`WriteError::Unavailable`] at once, and its fence makes sure
-//!   it never commits — the writer thread moves a batch from running to
+//! - a batch still **running** at the lease is **abandoned**: its callers
+//!   are answered [`WriteError::Unavailable`] at once, and its fence makes
+//!   sure it never commits — the writer thread moves a batch from running to
 //!   committing with one compare-and-swap right before `COMMIT`, the
 //!   watchdog from running to abandoned with another, so exactly one of them
 //!   decides, and an abandoned batch is rolled back whenever its thread gets
-//!   control again. A fresh thread, on a fresh connection, takes over the
-//!   queue at once; the abandoned thread ends after its rollback.
+//!   control again;
+//! - a batch still in its **`COMMIT`** at the lease plus [`COMMIT_GRACE`]
+//!   (a disk that does not answer its `fsync`) is **given up on** the same
+//!   way: its callers are answered `Unavailable` — "outcome unknown": the
+//!   commit may still go through, so a retry with the same key replays it
+//!   then, and runs otherwise;
 //! - a writer thread that **died** (a panic outside a unit's own
-//!   `catch_unwind`) is replaced the same way. Its connection closed as it
-//!   unwound, which rolled its transaction back, and its callers' reply
-//!   channels closed with it: each is answered `Unavailable`.
+//!   `catch_unwind`) has its batch's callers answered `Unavailable`; its
+//!   connection closed as it unwound, which rolled its transaction back.
 //!
+//! Either way a fresh thread takes over the queue at once, and opens a
+//! connection of its own (on its own thread: a disk that hangs cannot hang
+//! the watchdog); while it cannot, it tries again every [`REOPEN_EVERY`].
 //! What the watchdog cannot do is take SQLite's write lock away from a
-//! thread hung *inside* its transaction: diesel exposes no
-//! `sqlite3_interrupt` (and this crate forbids `unsafe`), and the lock
-//! belongs to the hung connection until that thread returns. Until then the
-//! replacement's `BEGIN IMMEDIATE` waits for the lock (at most the busy
-//! timeout) and its batches are answered `Unavailable` in turn (at the
-//! lease at most) — never left hanging; writing resumes the moment the hung
-//! unit returns, is rolled back, and frees the lock. A unit of this service
-//! is a handful of statements, each bounded by the busy timeout.
+//! thread given up on: diesel exposes no `sqlite3_interrupt` (and this
+//! crate forbids `unsafe`), and the lock belongs to its connection until
+//! the thread returns. So while such a thread has not returned, or while no
+//! connection can be opened, the writer **cannot write**
+//! ([`WriterHealth::Stalled`]): every write is answered `Unavailable` at
+//! once instead of queueing for a lock it cannot get, and writing resumes
+//! the moment the thread returns (its batch rolled back, or committed after
+//! all). When writing has been impossible for the lease plus
+//! [`COMMIT_GRACE`], the writer **gives up** ([`WriterHealth::Unrecoverable`]):
+//! the process cannot recover by itself, and should
+//! exit so that its supervisor restarts it — a new process has a new
+//! connection, and the lock of a dead one is gone.
+//!
+//! Whatever the writer does, a caller of [`Writer::run`] is answered within
+//! the lease plus [`COMMIT_GRACE`] of handing its unit over ([`write_bound`]);
+//! an answer at that deadline says "outcome unknown" too.
+//!
 //! The writer knows nothing of what a unit does: the idempotency ledger hands
 //! it one unit per request exactly as it would run one transaction.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use diesel::Connection;
 use diesel::connection::SimpleConnection;
@@ -80,6 +96,35 @@ pub const MAX_BATCH: usize = 256;
 pub const DEFAULT_QUEUE_CAPACITY: usize = 4_096;
 /// How often the watchdog looks for a batch past its lease or a dead writer.
 pub const WATCH_EVERY: Duration = Duration::from_millis(50);
+/// How long past the lease a batch may spend in its `COMMIT` before it is
+/// given up on; also how long past the lease a caller waits for its answer
+/// at most, and how long past the lease writing may stay impossible before
+/// the writer gives up (see [`write_bound`]).
+pub const COMMIT_GRACE: Duration = Duration::from_secs(5);
+/// How often a replacement thread that cannot open its connection tries again.
+pub const REOPEN_EVERY: Duration = Duration::from_millis(500);
+
+/// The lease plus [`COMMIT_GRACE`]: within it of handing a unit over, its
+/// caller is answered; past it from its start, a batch still in `COMMIT` is
+/// given up on; and writing that stays impossible for that long makes the
+/// writer give up.
+pub fn write_bound(lease: Duration) -> Duration {
+    lease.saturating_add(COMMIT_GRACE)
+}
+
+/// Whether the writer can write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriterHealth {
+    /// It can (as far as it knows).
+    Ready,
+    /// It cannot for now, and says why; writes are answered
+    /// [`WriteError::Unavailable`] at once.
+    Stalled(String),
+    /// It has not been able to for longer than [`write_bound`], and says
+    /// why: the process cannot recover by itself, and should exit so that
+    /// its supervisor restarts it.
+    Unrecoverable(String),
+}
 
 /// What the writer has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,7 +165,8 @@ pub enum WriteError {
 
 /// A unit as the writer thread sees it: run it, then tell it how its batch ended.
 trait Job: Send {
-    /// Runs the unit; `true` to keep its changes, `false` to roll them back.
+    /// Runs the unit, unless its caller no longer waits for it; `true` to
+    /// keep its changes, `false` to roll them back.
     fn run(&mut self, conn: &mut Conn<'_>) -> bool;
     /// Answers the caller once the batch is over.
     fn finish(self: Box<Self>, batch: Result<(), WriteError>);
@@ -150,7 +196,12 @@ where
     E: Send + 'static,
 {
     fn run(&mut self, conn: &mut Conn<'_>) -> bool {
-        let Some(work) = self.work.take() else {
+        // A caller answered already (at its deadline) or gone (its request
+        // was cancelled): the unit must not run now.
+        let caller_waits = locked(&self.reply)
+            .as_ref()
+            .is_some_and(|reply| !reply.is_closed());
+        let Some(work) = self.work.take().filter(|_| caller_waits) else {
             return false;
         };
         let outcome = match catch_unwind(AssertUnwindSafe(|| work(conn))) {
@@ -193,11 +244,13 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
-/// A batch's fate, decided once: by the writer thread before `COMMIT`, or
-/// by the watchdog past the lease.
+/// A batch's fate, decided once: by the writer thread before `COMMIT` (and
+/// again when `COMMIT` returns), or by the watchdog past the lease (running)
+/// or past [`write_bound`] (committing).
 const RUNNING: u8 = 0;
 const COMMITTING: u8 = 1;
-const ABANDONED: u8 = 2;
+const COMMITTED: u8 = 2;
+const ABANDONED: u8 = 3;
 
 /// The batch a writer thread is running, as the watchdog sees it.
 struct Watch {
@@ -207,6 +260,17 @@ struct Watch {
     callers: Vec<Box<dyn FnOnce(WriteError) + Send>>,
 }
 
+/// The connection of the thread that may take jobs.
+enum WriterConnection {
+    Open,
+    /// A replacement is opening its connection since then; the last
+    /// attempt's failure, if one failed.
+    Opening {
+        since: Instant,
+        failed: Option<String>,
+    },
+}
+
 /// What the writer threads, the watchdog and the handle share.
 struct Shared {
     jobs: Mutex<Receiver<Box<dyn Job>>>,
@@ -214,11 +278,44 @@ struct Shared {
     /// Opens (and sets up) a fresh writer connection.
     open: Box<dyn Fn() -> Result<SqliteConnection, String> + Send + Sync>,
     lease: Duration,
+    /// The database file, as the pool was given it (fault points' key).
+    #[cfg_attr(not(feature = "fault-points"), allow(dead_code))]
+    file: String,
     /// The generation of the thread that may take jobs; others end.
     generation: AtomicU64,
     current: Mutex<Option<Watch>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     stopping: AtomicBool,
+    connection: Mutex<WriterConnection>,
+    /// Threads given up on that have not returned: each may still hold
+    /// SQLite's write lock. (Signed: a thread may return before the
+    /// watchdog has counted it.)
+    hung: AtomicIsize,
+    /// Why the writer gave up, once it has.
+    gave_up: watch::Sender<Option<String>>,
+}
+
+impl Shared {
+    /// Why the writer cannot write now, if it cannot.
+    fn cannot_write(&self) -> Option<String> {
+        if let Some(why) = self.gave_up.borrow().as_ref() {
+            return Some(why.clone());
+        }
+        if self.hung.load(Ordering::SeqCst) > 0 {
+            return Some("a write batch that was given up on still holds the database".into());
+        }
+        match &*locked(&self.connection) {
+            WriterConnection::Open => None,
+            WriterConnection::Opening {
+                failed: Some(cause),
+                ..
+            } => Some(format!("cannot open a writer connection: {cause}")),
+            WriterConnection::Opening { since, .. } if since.elapsed() >= self.lease => {
+                Some("a writer connection has been opening for longer than the lease".into())
+            }
+            WriterConnection::Opening { .. } => None,
+        }
+    }
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -247,18 +344,33 @@ impl Writer {
         capacity: usize,
         lease: Duration,
     ) -> std::io::Result<Self> {
-        let (queue, jobs) = mpsc::sync_channel::<Box<dyn Job>>(capacity);
+        Self::launch(Launch {
+            conn,
+            open,
+            capacity,
+            lease,
+            file: String::new(),
+            gave_up: watch::Sender::new(None),
+        })
+    }
+
+    fn launch(launch: Launch) -> std::io::Result<Self> {
+        let (queue, jobs) = mpsc::sync_channel::<Box<dyn Job>>(launch.capacity);
         let shared = Arc::new(Shared {
             jobs: Mutex::new(jobs),
             counters: Counters::default(),
-            open,
-            lease,
+            open: launch.open,
+            lease: launch.lease,
+            file: launch.file,
             generation: AtomicU64::new(0),
             current: Mutex::new(None),
             thread: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            connection: Mutex::new(WriterConnection::Open),
+            hung: AtomicIsize::new(0),
+            gave_up: launch.gave_up,
         });
-        spawn_writer(&shared, conn, 0)?;
+        spawn_writer(&shared, Some(launch.conn), 0)?;
         let watched = Arc::clone(&shared);
         let watchdog = std::thread::Builder::new()
             .name("sqlite-watchdog".into())
@@ -281,21 +393,41 @@ impl Writer {
         }
     }
 
-    /// Runs `work` in the next batch and resolves once that batch is over.
-    /// `Ok(result)` means `work` ran and, when `result` is `Ok`, its changes
-    /// are committed and synced; an `Err` result was rolled back.
+    /// Whether the writer can write now.
+    pub fn health(&self) -> WriterHealth {
+        if let Some(why) = self.shared.gave_up.borrow().as_ref() {
+            return WriterHealth::Unrecoverable(why.clone());
+        }
+        self.shared
+            .cannot_write()
+            .map_or(WriterHealth::Ready, WriterHealth::Stalled)
+    }
+
+    /// Runs `work` in the next batch and resolves once that batch is over,
+    /// or at [`write_bound`] after the call, whichever comes first. `Ok(result)`
+    /// means `work` ran and, when `result` is `Ok`, its changes are
+    /// committed and synced; an `Err` result was rolled back. An answer at
+    /// the deadline is [`WriteError::Unavailable`] with the outcome unknown:
+    /// the unit may still run, or its batch still commit.
     pub async fn run<F, T, E>(&self, work: F) -> Answer<T, E>
     where
         F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: Send + 'static,
     {
-        self.submit(work)?
-            .await
-            .unwrap_or_else(|_| Err(stopped_mid_batch()))
+        let answer = self.submit(work)?;
+        match tokio::time::timeout(write_bound(self.shared.lease), answer).await {
+            Ok(answer) => answer.unwrap_or_else(|_| Err(stopped_mid_batch())),
+            Err(_) => Err(WriteError::Unavailable(format!(
+                "no answer within the lease plus {} s: the outcome is unknown",
+                COMMIT_GRACE.as_secs()
+            ))),
+        }
     }
 
-    /// [`Writer::run`] for a caller on a thread that may block.
+    /// [`Writer::run`] for a caller on a thread that may block. Its bound is
+    /// the watchdog's: a batch is abandoned at the lease, given up on at
+    /// [`write_bound`], and its callers answered then.
     pub fn run_blocking<F, T, E>(&self, work: F) -> Answer<T, E>
     where
         F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
@@ -314,6 +446,11 @@ impl Writer {
         T: Send + 'static,
         E: Send + 'static,
     {
+        if let Some(why) = self.shared.cannot_write() {
+            return Err(WriteError::Unavailable(format!(
+                "the writer cannot write: {why}"
+            )));
+        }
         let (reply, answer) = oneshot::channel();
         let job = Box::new(Pending {
             work: Some(work),
@@ -365,6 +502,16 @@ impl Drop for Writer {
     }
 }
 
+/// What [`Writer::launch`] starts a writer with.
+struct Launch {
+    conn: SqliteConnection,
+    open: Box<dyn Fn() -> Result<SqliteConnection, String> + Send + Sync>,
+    capacity: usize,
+    lease: Duration,
+    file: String,
+    gave_up: watch::Sender<Option<String>>,
+}
+
 /// The one [`Writer`] of a SQLite pool, started on the first write (so a
 /// command that only reads never opens it).
 pub(super) struct WriterSlot {
@@ -373,6 +520,8 @@ pub(super) struct WriterSlot {
     capacity: usize,
     lease: Duration,
     writer: Mutex<Option<Arc<Writer>>>,
+    /// Says why once the writer has given up; there before the writer is.
+    gave_up: watch::Sender<Option<String>>,
 }
 
 impl WriterSlot {
@@ -388,12 +537,32 @@ impl WriterSlot {
             capacity,
             lease,
             writer: Mutex::new(None),
+            gave_up: watch::Sender::new(None),
         }
+    }
+
+    fn started(&self) -> Option<Arc<Writer>> {
+        locked(&self.writer).clone()
     }
 
     /// What the writer has done, once it has started.
     pub(super) fn stats(&self) -> Option<WriterStats> {
-        self.writer.lock().ok()?.as_ref().map(|w| w.stats())
+        self.started().map(|w| w.stats())
+    }
+
+    /// Whether the writer can write (a writer not started yet can).
+    pub(super) fn health(&self) -> WriterHealth {
+        self.started().map_or(WriterHealth::Ready, |w| w.health())
+    }
+
+    /// Resolves with why, once the writer has given up.
+    pub(super) async fn gave_up(&self) -> String {
+        let mut gave_up = self.gave_up.subscribe();
+        match gave_up.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            // The sender lives as long as this slot.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     pub(super) fn get(&self) -> Result<Arc<Writer>, WriteError> {
@@ -407,7 +576,7 @@ impl WriterSlot {
         let unavailable =
             |e: String| WriteError::Unavailable(format!("cannot open the writer: {e}"));
         let (path, session) = (self.path.clone(), self.session);
-        // How the watchdog opens a replacement's connection, too.
+        // How a replacement thread opens its connection, too.
         let open = move || -> Result<SqliteConnection, String> {
             let mut conn = SqliteConnection::establish(&path).map_err(|e| e.to_string())?;
             session.apply(&mut conn).map_err(|e| e.to_string())?;
@@ -415,72 +584,102 @@ impl WriterSlot {
         };
         let conn = open().map_err(unavailable)?;
         let writer = Arc::new(
-            Writer::start(conn, Box::new(open), self.capacity, self.lease)
-                .map_err(|e| unavailable(e.to_string()))?,
+            Writer::launch(Launch {
+                conn,
+                open: Box::new(open),
+                capacity: self.capacity,
+                lease: self.lease,
+                file: self.path.clone(),
+                gave_up: self.gave_up.clone(),
+            })
+            .map_err(|e| unavailable(e.to_string()))?,
         );
         *slot = Some(Arc::clone(&writer));
         Ok(writer)
     }
 }
 
+/// Starts the writer thread of `generation`: on `conn`, or on a
+/// connection it opens itself (a replacement).
 fn spawn_writer(
     shared: &Arc<Shared>,
-    conn: SqliteConnection,
+    conn: Option<SqliteConnection>,
     generation: u64,
 ) -> std::io::Result<()> {
     let thread_shared = Arc::clone(shared);
     let thread = std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || writer_loop(conn, &thread_shared, generation))?;
+        .spawn(move || {
+            let conn = match conn {
+                Some(conn) => conn,
+                None => match connect(&thread_shared, generation) {
+                    Some(conn) => conn,
+                    None => return,
+                },
+            };
+            writer_loop(conn, &thread_shared, generation);
+        })?;
     *locked(&shared.thread) = Some(thread);
     Ok(())
 }
 
-/// The watchdog: abandons a batch past its lease, replaces a writer thread
-/// that was abandoned or died. Ends when the handle goes.
+/// A replacement's connection, tried again every [`REOPEN_EVERY`] while it
+/// cannot be opened; meanwhile units that were queued are answered
+/// `Unavailable` (new ones are refused at once). `None` when the thread
+/// must end instead (the writer stops).
+fn connect(shared: &Shared, generation: u64) -> Option<SqliteConnection> {
+    loop {
+        if shared.generation.load(Ordering::SeqCst) != generation
+            || shared.stopping.load(Ordering::SeqCst)
+        {
+            return None;
+        }
+        #[cfg(feature = "fault-points")]
+        let opened = crate::fault::pass_blocking(crate::fault::Point::OpenWriter, &shared.file)
+            .map_err(|e| e.to_string())
+            .and_then(|()| (shared.open)());
+        #[cfg(not(feature = "fault-points"))]
+        let opened = (shared.open)();
+        let cause = match opened {
+            Ok(conn) => {
+                *locked(&shared.connection) = WriterConnection::Open;
+                return Some(conn);
+            }
+            Err(cause) => cause,
+        };
+        // The watchdog logs it, as the reason the writer cannot write.
+        if let WriterConnection::Opening { failed, .. } = &mut *locked(&shared.connection) {
+            *failed = Some(cause.clone());
+        }
+        let jobs = locked(&shared.jobs);
+        while let Ok(job) = jobs.try_recv() {
+            shared.counters.queued.fetch_sub(1, Ordering::SeqCst);
+            job.finish(Err(WriteError::Unavailable(format!(
+                "cannot open the writer: {cause}"
+            ))));
+        }
+        drop(jobs);
+        std::thread::sleep(REOPEN_EVERY);
+    }
+}
+
+/// The watchdog: abandons a batch past its lease, gives up on one stuck in
+/// `COMMIT`, replaces a writer thread that was given up on or died, and
+/// gives up on the writer when writing stays impossible. Ends when the
+/// handle goes. It never touches the database.
 fn watch(shared: &Arc<Shared>) {
+    let bound = write_bound(shared.lease);
+    // Since when writing has been impossible.
+    let mut stalled: Option<Instant> = None;
     while !shared.stopping.load(Ordering::SeqCst) {
         std::thread::sleep(WATCH_EVERY);
         let generation = shared.generation.load(Ordering::SeqCst);
-        let overdue = {
-            let mut current = locked(&shared.current);
-            match current.as_ref() {
-                Some(watch)
-                    if watch.generation == generation
-                        && watch.started.elapsed() >= shared.lease
-                        && watch
-                            .fence
-                            .compare_exchange(
-                                RUNNING,
-                                ABANDONED,
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            )
-                            .is_ok() =>
-                {
-                    current.take()
-                }
-                _ => None,
-            }
-        };
         let dead = locked(&shared.thread)
             .as_ref()
-            .is_some_and(JoinHandle::is_finished);
-        if let Some(watch) = overdue {
-            tracing::error!(
-                lease_secs = shared.lease.as_secs(),
-                units = watch.callers.len(),
-                "a write batch ran past the lease: abandoned (rolled back), writer replaced"
-            );
-            metrics::counter!("orders_api_write_batches_abandoned_total").increment(1);
-            // The replacement first, so that a caller's retry finds it.
-            replace(shared, generation);
-            for caller in watch.callers {
-                caller(WriteError::Unavailable(
-                    "the write batch ran past the lease and was abandoned".into(),
-                ));
-            }
-        } else if dead && !shared.stopping.load(Ordering::SeqCst) {
+            .is_none_or(JoinHandle::is_finished);
+        // A death first: its batch is orphaned, not overdue (its thread
+        // holds nothing any more).
+        if dead && !shared.stopping.load(Ordering::SeqCst) {
             tracing::error!("the writer thread died; replaced");
             metrics::counter!("orders_api_writer_deaths_total").increment(1);
             // Its batch's callers: their own reply channels closed with the
@@ -496,40 +695,103 @@ fn watch(shared: &Arc<Shared>) {
             for caller in orphaned.into_iter().flat_map(|watch| watch.callers) {
                 caller(WriteError::Unavailable("the writer died mid-batch".into()));
             }
+        } else if let Some((watch, why)) = overdue(shared, generation) {
+            tracing::error!(
+                lease_secs = shared.lease.as_secs(),
+                units = watch.callers.len(),
+                "a write batch {why}; writer replaced"
+            );
+            metrics::counter!("orders_api_write_batches_abandoned_total").increment(1);
+            // The replacement first, so that a caller's retry finds it.
+            replace(shared, generation);
+            for caller in watch.callers {
+                caller(WriteError::Unavailable(format!("the write batch {why}")));
+            }
+        }
+        match (shared.cannot_write(), stalled) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                stalled = None;
+                tracing::info!("the writer can write again");
+            }
+            (Some(why), None) => {
+                stalled = Some(Instant::now());
+                tracing::error!(%why, "the writer cannot write; writes are answered 503 until it can");
+            }
+            (Some(why), Some(since)) if since.elapsed() >= bound => {
+                shared.gave_up.send_if_modified(|gave_up| {
+                    if gave_up.is_some() {
+                        return false;
+                    }
+                    *gave_up = Some(format!(
+                        "the SQLite writer could not write for {} s: {why}",
+                        bound.as_secs()
+                    ));
+                    true
+                });
+            }
+            (Some(_), Some(_)) => {}
         }
     }
 }
 
-/// Starts the next generation's writer thread on a fresh connection; while
-/// none can be opened, answers every queued unit `Unavailable` (and tries
-/// again at the next look).
-fn replace(shared: &Arc<Shared>, old: u64) {
-    let conn = match (shared.open)() {
-        Ok(conn) => conn,
-        Err(cause) => {
-            tracing::error!(%cause, "cannot open a writer connection; refusing queued writes");
-            let jobs = locked(&shared.jobs);
-            while let Ok(job) = jobs.try_recv() {
-                shared.counters.queued.fetch_sub(1, Ordering::SeqCst);
-                job.finish(Err(WriteError::Unavailable(format!(
-                    "cannot open the writer: {cause}"
-                ))));
-            }
-            return;
-        }
+/// The current batch when it has overstayed: still running at the lease
+/// (abandoned), or still in `COMMIT` at the lease plus [`COMMIT_GRACE`]
+/// (given up on); with what happened to it. Its thread counts as hung from
+/// then until it returns.
+fn overdue(shared: &Shared, generation: u64) -> Option<(Watch, &'static str)> {
+    let mut current = locked(&shared.current);
+    let watch = current.as_ref().filter(|w| w.generation == generation)?;
+    let elapsed = watch.started.elapsed();
+    let decide = |from: u8| {
+        watch
+            .fence
+            .compare_exchange(from, ABANDONED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
     };
+    let why = if elapsed >= shared.lease && decide(RUNNING) {
+        "ran past the lease and was abandoned (rolled back)"
+    } else if elapsed >= write_bound(shared.lease) && decide(COMMITTING) {
+        "was still committing at the lease plus the commit grace: its outcome is unknown"
+    } else {
+        return None;
+    };
+    shared.hung.fetch_add(1, Ordering::SeqCst);
+    current.take().map(|watch| (watch, why))
+}
+
+/// Starts the next generation's writer thread, which opens its own
+/// connection; the old thread, if it lives, ends on its own (detached).
+fn replace(shared: &Arc<Shared>, old: u64) {
     let generation = old.saturating_add(1);
     shared.generation.store(generation, Ordering::SeqCst);
-    // The old thread, if it lives, ends on its own (detached).
+    *locked(&shared.connection) = WriterConnection::Opening {
+        since: Instant::now(),
+        failed: None,
+    };
     drop(locked(&shared.thread).take());
-    match spawn_writer(shared, conn, generation) {
+    match spawn_writer(shared, None, generation) {
         Ok(()) => {
             shared.counters.replaced.fetch_add(1, Ordering::SeqCst);
         }
         Err(e) => {
-            // Tried again at the next look: the slot still says dead.
-            shared.generation.store(old, Ordering::SeqCst);
+            // Tried again at the next look: no thread lives.
             tracing::error!(error = %e, "cannot start a writer thread");
+        }
+    }
+}
+
+/// Counts a thread given up on as returned when it leaves its batch, by
+/// any way out (a panic included).
+struct Leave<'a> {
+    fence: &'a AtomicU8,
+    hung: &'a AtomicIsize,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.fence.load(Ordering::SeqCst) == ABANDONED {
+            self.hung.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -538,7 +800,7 @@ fn writer_loop(mut conn: SqliteConnection, shared: &Shared, generation: u64) {
     let counters = &shared.counters;
     loop {
         if shared.generation.load(Ordering::SeqCst) != generation {
-            return; // replaced while this thread was abandoned
+            return; // replaced meanwhile
         }
         let mut batch = {
             let jobs = locked(&shared.jobs);
@@ -557,14 +819,28 @@ fn writer_loop(mut conn: SqliteConnection, shared: &Shared, generation: u64) {
             batch
         };
         counters.queued.fetch_sub(batch.len(), Ordering::SeqCst);
+        // Queued before the writer became unable to write: refused, not
+        // left to wait for a lock that a thread given up on holds.
+        if let Some(why) = shared.cannot_write() {
+            for job in batch {
+                job.finish(Err(WriteError::Unavailable(format!(
+                    "the writer cannot write: {why}"
+                ))));
+            }
+            continue;
+        }
         let fence = Arc::new(AtomicU8::new(RUNNING));
+        let _leave = Leave {
+            fence: &fence,
+            hung: &shared.hung,
+        };
         *locked(&shared.current) = Some(Watch {
             generation,
             started: Instant::now(),
             fence: Arc::clone(&fence),
             callers: batch.iter().map(|job| job.answer_elsewhere()).collect(),
         });
-        let result = run_batch(&mut conn, &mut batch, &fence);
+        let result = run_batch(&mut conn, &mut batch, &fence, shared);
         {
             let mut current = locked(&shared.current);
             if current
@@ -622,11 +898,13 @@ fixed_statement!(RollbackToSavepoint, "ROLLBACK TO unit");
 fixed_statement!(ReleaseSavepoint, "RELEASE unit");
 
 /// One transaction for the whole batch, one savepoint per unit. `fence`
-/// decides, right before `COMMIT`, whether the batch may commit at all.
+/// decides, right before `COMMIT`, whether the batch may commit at all, and
+/// once `COMMIT` returns, whether the batch was given up on meanwhile.
 fn run_batch(
     conn: &mut SqliteConnection,
     batch: &mut [Box<dyn Job>],
     fence: &AtomicU8,
+    shared: &Shared,
 ) -> Result<(), WriteError> {
     let unavailable = |e: DieselError| WriteError::Unavailable(e.to_string());
     let abandoned = || WriteError::Unavailable("the batch was abandoned".into());
@@ -650,19 +928,31 @@ fn run_batch(
             .map(|_| ())
             .map_err(|_| DieselError::RollbackTransaction)
     };
-    match ran
+    if let Err(e) = ran
         .and_then(|()| may_commit())
-        .and_then(|()| conn.batch_execute("COMMIT"))
+        .and_then(|()| commit(conn, shared))
     {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // Harmless when the transaction is already gone.
-            let _ = conn.batch_execute("ROLLBACK");
-            if fence.load(Ordering::SeqCst) == ABANDONED {
-                Err(abandoned())
-            } else {
-                Err(unavailable(e))
-            }
-        }
+        // Harmless when the transaction is already gone.
+        let _ = conn.batch_execute("ROLLBACK");
+        return Err(if fence.load(Ordering::SeqCst) == ABANDONED {
+            abandoned()
+        } else {
+            unavailable(e)
+        });
     }
+    // Committed; its callers were answered already if the watchdog gave the
+    // batch up while `COMMIT` ran.
+    fence
+        .compare_exchange(COMMITTING, COMMITTED, Ordering::SeqCst, Ordering::SeqCst)
+        .map(|_| ())
+        .map_err(|_| abandoned())
+}
+
+#[cfg_attr(not(feature = "fault-points"), allow(unused_variables))]
+fn commit(conn: &mut SqliteConnection, shared: &Shared) -> QueryResult<()> {
+    #[cfg(feature = "fault-points")]
+    if crate::fault::pass_blocking(crate::fault::Point::BeforeCommit, &shared.file).is_err() {
+        return Err(DieselError::RollbackTransaction);
+    }
+    conn.batch_execute("COMMIT")
 }

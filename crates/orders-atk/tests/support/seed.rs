@@ -19,18 +19,19 @@
 //!
 //! [`Dialect`] gives the same design another shape (another path, other
 //! member names, string ids, answers wrapped in `{"data": …}`), for the
-//! runner's profiles.
+//! runner's profiles; [`Quirks`] makes it worse still (an order for every
+//! request, answers that never come back), for the runner's judging from
+//! the target's state.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use orders_atk::wire::Message;
 use serde_json::{Value, json};
+
+use super::front::Front;
 
 /// How the server writes its orders.
 #[derive(Clone)]
@@ -65,11 +66,30 @@ impl Dialect {
     }
 }
 
+/// Ways the seed's design can be made worse.
+#[derive(Clone, Copy)]
+pub struct Quirks {
+    /// Every create makes a new order, whatever its key (the key is
+    /// recorded but never looked up).
+    pub order_per_request: bool,
+    /// Whether the answer to a create is dropped (the connection closed
+    /// after the create ran, nothing sent), given its key and how many
+    /// creates with that key came before it.
+    pub drops: fn(key: &str, before: usize) -> bool,
+}
+
+impl Quirks {
+    /// None: the seed as it ships.
+    pub const NONE: Quirks = Quirks {
+        order_per_request: false,
+        drops: |_, _| false,
+    };
+}
+
 /// The seed's design on a free port of 127.0.0.1, until dropped.
 pub struct SeedServer {
     pub address: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _front: Front,
     state: Arc<Mutex<State>>,
 }
 
@@ -83,8 +103,11 @@ struct Answer {
 
 struct State {
     dialect: Dialect,
+    quirks: Quirks,
     orders: Vec<Value>,
     keys: HashMap<String, Answer>,
+    /// Creates seen per key.
+    creates: HashMap<String, usize>,
 }
 
 impl SeedServer {
@@ -93,33 +116,24 @@ impl SeedServer {
     }
 
     pub fn speaking(dialect: Dialect) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the seed server");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let address = format!("http://{}", listener.local_addr().expect("address"));
+        Self::with_quirks(dialect, Quirks::NONE)
+    }
+
+    pub fn with_quirks(dialect: Dialect, quirks: Quirks) -> Self {
         let state = Arc::new(Mutex::new(State {
             dialect,
+            quirks,
             orders: Vec::new(),
             keys: HashMap::new(),
+            creates: HashMap::new(),
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (stop, state) = (Arc::clone(&stop), Arc::clone(&state));
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((client, _)) => {
-                            let state = Arc::clone(&state);
-                            std::thread::spawn(move || serve(client, &state));
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                    }
-                }
-            })
+        let front = {
+            let state = Arc::clone(&state);
+            Front::start(move |client| serve(client, &state))
         };
         Self {
-            address,
-            stop,
-            thread: Some(thread),
+            address: front.address.clone(),
+            _front: front,
             state,
         }
     }
@@ -130,26 +144,21 @@ impl SeedServer {
     }
 }
 
-impl Drop for SeedServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 fn serve(client: TcpStream, state: &Mutex<State>) {
-    client.set_nonblocking(false).expect("blocking");
     let mut reader = BufReader::new(client.try_clone().expect("clone"));
     let Some(request) = Message::read(&mut reader) else {
         return;
     };
-    let answer = {
+    let (answer, dropped) = {
         // One request at a time, as one PHP worker with a table lock would.
         let mut state = state.lock().expect("state");
-        route(&request, &mut state)
+        let dropped = dropped(&request, &mut state);
+        (route(&request, &mut state), dropped)
     };
+    if dropped {
+        // It ran; the client never hears of it.
+        return;
+    }
     let mut head = format!(
         "HTTP/1.1 {} Seed\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
         answer.status,
@@ -163,6 +172,21 @@ fn serve(client: TcpStream, state: &Mutex<State>) {
     let _ = client.write_all(head.as_bytes());
     let _ = client.write_all(answer.body.as_bytes());
     let _ = client.flush();
+}
+
+/// Whether the answer to `request` is to be dropped ([`Quirks::drops`]).
+fn dropped(request: &Message, state: &mut State) -> bool {
+    if request.method() != "POST" {
+        return false;
+    }
+    let key = request
+        .header("idempotency-key")
+        .unwrap_or_default()
+        .to_owned();
+    let before = state.creates.entry(key.clone()).or_default();
+    let drop = (state.quirks.drops)(&key, *before);
+    *before += 1;
+    drop
 }
 
 fn answer(status: u16, body: Value) -> Answer {
@@ -207,7 +231,9 @@ fn create(request: &Message, state: &mut State) -> Answer {
         return answer(422, json!({"error": "Idempotency-Key header is required"}));
     };
     // The key alone decides: the body of a retry is not looked at.
-    if let Some(first) = state.keys.get(key) {
+    if let Some(first) = state.keys.get(key)
+        && !state.quirks.order_per_request
+    {
         return first.clone();
     }
     let json_body = request

@@ -1,0 +1,1013 @@
+//! The protocol as a state machine: clients, server processes, the
+//! database, and the steps of `Ledger::execute` between them.
+//!
+//! Every step is one atomic action of the checker, taken in any order the
+//! state allows. A step groups only what no other actor can observe in
+//! between (a process's in-memory checks, or one database statement and the
+//! process receiving its result); each step that touches the database is
+//! its own action, so a crash, a lost connection or another request can
+//! come between any two of them.
+
+use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
+use stateright::{Model, Property};
+
+use crate::spec::{Answer, Create, KeyAnswer};
+use crate::{Bounds, Design};
+
+/// A request's body, as the ledger sees it: its fingerprint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Body {
+    A,
+    B,
+}
+
+/// A request: the client that sent it and which of its attempts it is.
+/// The order a request makes is named by it (the server makes a fresh
+/// order id per request), so an answer's order says which execution it
+/// comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqId {
+    pub client: u8,
+    pub attempt: u8,
+}
+
+/// Where a request is in `Ledger::execute` (`docs/MODEL.md` maps each to the code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pc {
+    /// In `InFlight::enter`, waiting for the request of this process that
+    /// holds the key. Holds nothing (unless [`Design::PermitHeldWhileWaiting`]).
+    Waiting,
+    /// Holds the key in this process; next: the read (`store::find`), then
+    /// `Admission::try_admit` when the key has no entry.
+    Reading,
+    /// [`Design::ClaimFirstWithoutLease`]: admitted; next: commit a claim.
+    Claiming,
+    /// Admitted; the one-statement create (`store::insert_recorded`) is
+    /// sent, and the database runs it: it writes (and goes on to its
+    /// commit, `Committing`) or writes nothing (the general way).
+    Statement,
+    /// Admitted; next: `BEGIN` and `store::lock_key`.
+    Locking,
+    /// Holds the key's lock; next: the change (`orders::insert`).
+    Changing,
+    /// Changed; next: the lease fence and `store::record`.
+    Recording,
+    /// `COMMIT` sent (or the one-statement create ending, which commits
+    /// it); the database commits it, or the connection breaks.
+    Committing,
+    /// [`Design::RecordOutsideTransaction`]: the change committed alone;
+    /// next: the entry, in a statement of its own.
+    RecordingAfter,
+}
+
+impl Pc {
+    /// At most how many more steps a request takes from here (the answer
+    /// included): every step lowers it, so no request loops.
+    fn steps_left(self) -> u16 {
+        match self {
+            Pc::Waiting => 10,
+            Pc::Reading => 9,
+            Pc::Claiming => 8,
+            Pc::Statement => 7,
+            Pc::Locking => 6,
+            Pc::Changing => 5,
+            Pc::Recording => 4,
+            Pc::Committing => 3,
+            Pc::RecordingAfter => 2,
+        }
+    }
+}
+
+/// A transaction's uncommitted writes (the unit of writing,
+/// `Pool::write`): what vanishes when it rolls back or its process dies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tx {
+    /// The key's advisory lock (`pg_try_advisory_xact_lock`), held until
+    /// the transaction ends.
+    pub lock: bool,
+    /// The request's order row.
+    pub order: bool,
+    /// The key's ledger entry (or, claim-first, the claim's completion).
+    pub entry: bool,
+}
+
+/// A request inside a server process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Req {
+    pub id: ReqId,
+    pub process: u8,
+    pub pc: Pc,
+    /// Holds one of its process's write admission slots.
+    pub permit: bool,
+    /// Looks left at a key another process's unit holds before its wait
+    /// bound: `409 IDEMPOTENCY_IN_PROGRESS` after the last.
+    pub polls: u8,
+    /// Its lease ran out (a holder that hung): waited for no longer in its
+    /// process, and fenced off from recording.
+    pub expired: bool,
+    /// The one-statement create was tried (once per request).
+    pub tried_statement: bool,
+    pub tx: Tx,
+}
+
+/// A client: one body, sent with the key until it is answered, at most
+/// [`Bounds::attempts`] times. It retries after `409 IN_PROGRESS`, `503`
+/// and a broken connection, and it may stop waiting for an answer and
+/// retry while its earlier request still runs (a client-side timeout).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub body: Body,
+    /// Attempts sent so far.
+    pub sent: u8,
+    /// The attempt it is waiting for.
+    pub waiting: Option<u8>,
+    /// It heard a final answer (2xx or `409 KEY_REUSED`).
+    pub settled: bool,
+}
+
+/// A ledger row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Entry {
+    /// A completed entry: the request's body (fingerprint) and its answer,
+    /// the `201` with the order it made.
+    Recorded { body: Body, order: ReqId },
+    /// [`Design::ClaimFirstWithoutLease`]: a claim committed before the
+    /// change, naming the request that owns it.
+    Claimed { body: Body, owner: ReqId },
+}
+
+/// What the database holds, committed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Db {
+    /// The key's orders, in commit order (`UNIQUE (user_id,
+    /// idempotency_key)` keeps it to one, where the design has it).
+    pub orders: Vec<ReqId>,
+    /// The key's ledger entry.
+    pub entry: Option<Entry>,
+    /// The purge deleted the key's entry (a ghost: for the properties).
+    pub purged: bool,
+}
+
+/// A statement a process sent whole before it died: the database finishes
+/// it alone (or drops it, when the connection broke before it arrived).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Orphan {
+    /// A unit's `COMMIT`, with the unit's writes (it holds the key's lock).
+    Commit { id: ReqId, order: bool, entry: bool },
+    /// A one-statement create.
+    Statement { id: ReqId },
+}
+
+/// What a request was answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    /// `201` with the order this request made.
+    Created(ReqId),
+    /// `200`, `Idempotent-Replayed: true`, with this order: a recorded
+    /// `201` replayed byte for byte, or the order found by its key.
+    Replayed(ReqId),
+    /// `409 IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD`.
+    KeyReused,
+    /// `409 IDEMPOTENCY_IN_PROGRESS`.
+    InProgress,
+    /// `503` with `Retry-After`.
+    Unavailable,
+    /// The connection broke: its process died.
+    Reset,
+}
+
+impl Reply {
+    /// The order a 2xx carries.
+    pub fn order(self) -> Option<ReqId> {
+        match self {
+            Reply::Created(o) | Reply::Replayed(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// A client does not retry after it.
+    fn is_final(self) -> bool {
+        matches!(
+            self,
+            Reply::Created(_) | Reply::Replayed(_) | Reply::KeyReused
+        )
+    }
+
+    /// What it decides, for the linearizability check; `None` for an
+    /// answer whose outcome is unknown.
+    fn answer(self) -> Option<Answer> {
+        match self {
+            Reply::Created(o) => Some(Answer::Created(o)),
+            Reply::Replayed(o) => Some(Answer::Replayed(o)),
+            Reply::KeyReused => Some(Answer::KeyReused),
+            Reply::InProgress => Some(Answer::InProgress),
+            Reply::Unavailable | Reply::Reset => None,
+        }
+    }
+}
+
+/// What the faults and timers may still do (ordered field by field, for
+/// `State::fuel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Budget {
+    pub crashes: u8,
+    pub hangs: u8,
+    pub losses: u8,
+    pub purges: u8,
+}
+
+/// The whole system: one user, one key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub clients: Vec<Client>,
+    /// Requests inside the processes, by id.
+    pub reqs: Vec<Req>,
+    /// Per process: the request holding the key in its in-flight registry.
+    pub slots: Vec<Option<ReqId>>,
+    pub db: Db,
+    pub orphans: Vec<Orphan>,
+    pub budget: Budget,
+    /// Every answer the server sent, in order.
+    pub replies: Vec<(ReqId, Reply)>,
+    /// The same answers, as a concurrent history of the key's register.
+    pub history: LinearizabilityTester<ReqId, KeyAnswer>,
+    /// `history` is linearizable: computed when an answer is added to it
+    /// (a request only invoked can always be left out, so an invocation
+    /// never changes it).
+    pub linearizable: bool,
+}
+
+/// How a statement's round trip ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Net {
+    /// The database ran it and the process heard back.
+    Acked,
+    /// The database ran it (committed) and the connection broke before
+    /// the acknowledgement came back: `503`, outcome unknown.
+    AckLost,
+    /// The connection broke before the database ran it: `503`.
+    Lost,
+}
+
+/// One step of the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A client sends its next attempt to a process, which enters the key in
+    /// its in-flight registry (`InFlight::enter`). A client still waiting
+    /// for its earlier attempt stops waiting for it (its own timeout; the
+    /// request runs on) and retries.
+    Send { client: u8, process: u8 },
+    /// A waiter's holder ended (or its lease ran out): it takes the key.
+    Wake(ReqId),
+    /// A waiter's wait bound passed: `409 IN_PROGRESS`.
+    WaitBound(ReqId),
+    /// The read, and admission when there is no entry.
+    Read(ReqId),
+    /// Claim-first: the claim's own committed `INSERT`.
+    Claim(ReqId),
+    /// The database runs the one-statement create (`Acked`: it ran, up to
+    /// its commit; `Lost`: the connection broke before it ran).
+    Statement(ReqId, Net),
+    /// `BEGIN`; try the key's lock.
+    Lock(ReqId),
+    /// The change: the order's `INSERT … ON CONFLICT DO NOTHING`.
+    Change(ReqId),
+    /// The lease fence, then the entry's `INSERT … ON CONFLICT DO NOTHING`.
+    Record(ReqId),
+    /// `COMMIT`.
+    Commit(ReqId, Net),
+    /// Record-outside-the-transaction: the entry after the change committed.
+    RecordAfter(ReqId),
+    /// A holder hangs past its lease.
+    LeaseRunsOut(ReqId),
+    /// A process is killed (and started again, empty).
+    Crash { process: u8 },
+    /// The database finishes (or drops) what a dead process had sent.
+    Orphan { index: u8, runs: bool },
+    /// Retention passes and the purge deletes the key's entry.
+    Purge,
+}
+
+/// The model: a design and the bounds it is checked within.
+#[derive(Clone, Copy, Debug)]
+pub struct LedgerModel {
+    pub design: Design,
+    pub bounds: Bounds,
+}
+
+/// What the one-statement create does when the database runs it now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatementRun {
+    /// Waits for another transaction's uncommitted row.
+    Blocked,
+    /// Writes nothing: the key is locked, its order exists, or its entry
+    /// does (the statement fails whole).
+    Nothing,
+    /// Writes and commits the order and the entry.
+    Writes,
+}
+
+impl State {
+    fn req(&self, id: ReqId) -> Option<&Req> {
+        self.reqs.iter().find(|r| r.id == id)
+    }
+
+    fn index(&self, id: ReqId) -> Option<usize> {
+        self.reqs.iter().position(|r| r.id == id)
+    }
+
+    /// The body a request (and the order it made) carries.
+    pub fn body_of(&self, id: ReqId) -> Body {
+        self.clients
+            .get(usize::from(id.client))
+            .map_or(Body::A, |c| c.body)
+    }
+
+    fn permits(&self, process: u8) -> usize {
+        self.reqs
+            .iter()
+            .filter(|r| r.process == process && r.permit)
+            .count()
+    }
+
+    fn waiters(&self, process: u8) -> usize {
+        self.reqs
+            .iter()
+            .filter(|r| r.process == process && r.pc == Pc::Waiting)
+            .count()
+    }
+
+    /// The process's in-flight slot for the key is free, or its holder is
+    /// past its lease (`InFlight::enter` waits for it no longer).
+    fn slot_open(&self, process: u8) -> bool {
+        match self.slots.get(usize::from(process)).copied().flatten() {
+            None => true,
+            Some(holder) => self.req(holder).is_none_or(|h| h.expired),
+        }
+    }
+
+    /// Another transaction (a live unit, or a dead process's `COMMIT` the
+    /// database has) holds the key's advisory lock.
+    fn locked_by_other(&self, me: ReqId) -> bool {
+        self.reqs.iter().any(|r| r.id != me && r.tx.lock)
+            || self
+                .orphans
+                .iter()
+                .any(|o| matches!(o, Orphan::Commit { .. }))
+    }
+
+    /// Another open transaction has an uncommitted order row for the key:
+    /// an `INSERT` into the `UNIQUE` column waits for it.
+    fn order_pending_elsewhere(&self, me: ReqId) -> bool {
+        self.reqs.iter().any(|r| r.id != me && r.tx.order)
+            || self
+                .orphans
+                .iter()
+                .any(|o| matches!(o, Orphan::Commit { order: true, .. }))
+    }
+
+    /// Another open transaction has an uncommitted entry for the key.
+    fn entry_pending_elsewhere(&self, me: ReqId) -> bool {
+        self.reqs.iter().any(|r| r.id != me && r.tx.entry)
+            || self
+                .orphans
+                .iter()
+                .any(|o| matches!(o, Orphan::Commit { entry: true, .. }))
+    }
+
+    /// Every client has its last answer (or gave up) and no request is left
+    /// in any process.
+    pub fn all_answered(&self, bounds: &Bounds) -> bool {
+        self.reqs.is_empty()
+            && self
+                .clients
+                .iter()
+                .all(|c| c.waiting.is_none() && (c.settled || c.sent >= bounds.attempts))
+    }
+
+    /// Nothing holds the key: no in-flight slot, no lock, no claim, nothing
+    /// a dead process left in the database.
+    pub fn key_free(&self) -> bool {
+        self.slots.iter().all(Option::is_none)
+            && self.orphans.is_empty()
+            && !self.reqs.iter().any(|r| r.tx.lock)
+            && !matches!(self.db.entry, Some(Entry::Claimed { .. }))
+    }
+
+    /// A measure every step lowers (lexicographically): the budgets, the
+    /// attempts left, the clients waiting, the looks left, the orphans,
+    /// then the requests' steps left. The graph of states is therefore
+    /// acyclic and every path ends, which makes the `eventually`
+    /// properties exact (Stateright checks them on terminal states).
+    fn fuel(&self, bounds: &Bounds) -> (Budget, u16, u16, u16, u16, u16) {
+        let sum = |f: &dyn Fn(&Req) -> u16| self.reqs.iter().map(f).sum::<u16>();
+        (
+            self.budget,
+            self.clients
+                .iter()
+                .map(|c| u16::from(bounds.attempts.saturating_sub(c.sent)))
+                .sum(),
+            self.clients.iter().filter(|c| c.waiting.is_some()).count() as u16,
+            sum(&|r| u16::from(r.polls)),
+            self.orphans.len() as u16,
+            sum(&|r| r.pc.steps_left()),
+        )
+    }
+}
+
+/// The state with its processes renamed into a canonical order (by the
+/// requests each runs, then its in-flight slot): processes are
+/// interchangeable, so states that differ only by their names are one
+/// (Stateright's symmetry reduction). Two processes that sort alike run no
+/// request and hold no slot, so they are alike: the order is exact.
+pub fn representative(s: &State) -> State {
+    let key = |p: usize| {
+        let ids: Vec<ReqId> = s
+            .reqs
+            .iter()
+            .filter(|r| usize::from(r.process) == p)
+            .map(|r| r.id)
+            .collect();
+        (ids, s.slots.get(p).copied().flatten())
+    };
+    let mut order: Vec<usize> = (0..s.slots.len()).collect();
+    order.sort_by_key(|&p| key(p));
+    if order.iter().enumerate().all(|(new, &old)| new == old) {
+        return s.clone();
+    }
+    let mut renamed = vec![0u8; order.len()];
+    for (new, &old) in (0u8..).zip(&order) {
+        if let Some(slot) = renamed.get_mut(old) {
+            *slot = new;
+        }
+    }
+    let mut t = s.clone();
+    for r in &mut t.reqs {
+        r.process = renamed
+            .get(usize::from(r.process))
+            .copied()
+            .unwrap_or(r.process);
+    }
+    t.slots = order
+        .iter()
+        .map(|&old| s.slots.get(old).copied().flatten())
+        .collect();
+    t
+}
+
+impl LedgerModel {
+    pub fn new(design: Design, bounds: Bounds) -> Self {
+        Self { design, bounds }
+    }
+
+    /// The decision for an existing entry (`decide`): a replay when the
+    /// fingerprint matches, a refusal otherwise.
+    fn decide(&self, entry: Entry, body: Body) -> Reply {
+        let same = |b: Body| b == body || self.design == Design::ReplaySkipsFingerprint;
+        match entry {
+            Entry::Recorded { body: b, order } if same(b) => Reply::Replayed(order),
+            Entry::Claimed { body: b, .. } if same(b) => Reply::InProgress,
+            _ => Reply::KeyReused,
+        }
+    }
+
+    /// What the one-statement create does if the database runs it now:
+    /// `WITH held AS (SELECT 1 WHERE pg_try_advisory_xact_lock(…)), change
+    /// AS (INSERT INTO orders … FROM held ON CONFLICT DO NOTHING), entry AS
+    /// (INSERT INTO idempotency_ledger … FROM change)`.
+    fn statement_run(&self, s: &State, me: ReqId) -> StatementRun {
+        if s.locked_by_other(me) {
+            return StatementRun::Nothing;
+        }
+        if self.design.has_unique_column() {
+            if s.order_pending_elsewhere(me) {
+                return StatementRun::Blocked;
+            }
+            if !s.db.orders.is_empty() {
+                return StatementRun::Nothing;
+            }
+        }
+        if s.entry_pending_elsewhere(me) {
+            return StatementRun::Blocked;
+        }
+        if s.db.entry.is_some() {
+            // No `ON CONFLICT` on the entry: a unique violation, and
+            // nothing of the statement persists.
+            return StatementRun::Nothing;
+        }
+        StatementRun::Writes
+    }
+
+    /// The committed writes of `id`'s transaction.
+    fn apply(&self, s: &mut State, id: ReqId, order: bool, entry: bool) {
+        if order {
+            s.db.orders.push(id);
+        }
+        if entry {
+            s.db.entry = Some(Entry::Recorded {
+                body: s.body_of(id),
+                order: id,
+            });
+        }
+    }
+
+    /// Sends `reply` for the request at `index`: its transaction (if any)
+    /// is rolled back, its permit and in-flight slot released.
+    fn answer(&self, s: &mut State, index: usize, reply: Reply) {
+        let req = s.reqs.remove(index);
+        if let Some(slot) = s.slots.get_mut(usize::from(req.process))
+            && *slot == Some(req.id)
+        {
+            *slot = None;
+        }
+        if reply == Reply::Unavailable
+            && matches!(s.db.entry, Some(Entry::Claimed { owner, .. }) if owner == req.id)
+        {
+            // Claim-first deletes its claim when it fails.
+            s.db.entry = None;
+        }
+        self.deliver(s, req.id, reply);
+    }
+
+    /// The answer reaches the history, and the client if it still waits.
+    fn deliver(&self, s: &mut State, id: ReqId, reply: Reply) {
+        s.replies.push((id, reply));
+        if let Some(answer) = reply.answer() {
+            let _ = s.history.on_return(id, answer);
+            s.linearizable = s.history.serialized_history().is_some();
+        }
+        if let Some(client) = s.clients.get_mut(usize::from(id.client))
+            && client.waiting == Some(id.attempt)
+        {
+            client.waiting = None;
+            client.settled |= reply.is_final();
+        }
+    }
+
+    fn send(&self, s: &mut State, client: u8, process: u8) {
+        let Some(c) = s.clients.get_mut(usize::from(client)) else {
+            return;
+        };
+        let id = ReqId {
+            client,
+            attempt: c.sent,
+        };
+        c.sent = c.sent.saturating_add(1);
+        c.waiting = Some(id.attempt);
+        let body = c.body;
+        let _ = s.history.on_invoke(id, Create { body, order: id });
+        let mut req = Req {
+            id,
+            process,
+            pc: Pc::Reading,
+            permit: false,
+            polls: self.bounds.polls,
+            expired: false,
+            tried_statement: false,
+            tx: Tx::default(),
+        };
+        if self.design == Design::PermitHeldWhileWaiting {
+            // The permit is taken on arrival, before the in-flight wait.
+            if s.permits(process) >= usize::from(self.bounds.admission) {
+                self.deliver(s, id, Reply::Unavailable);
+                return;
+            }
+            req.permit = true;
+        }
+        if s.slot_open(process) {
+            if let Some(slot) = s.slots.get_mut(usize::from(process)) {
+                *slot = Some(id);
+            }
+        } else if s.waiters(process) < usize::from(self.bounds.waiters) {
+            req.pc = Pc::Waiting;
+        } else {
+            // Past the per-key waiter cap: answered at once.
+            self.deliver(s, id, Reply::InProgress);
+            return;
+        }
+        let at = s.reqs.partition_point(|r| r.id < id);
+        s.reqs.insert(at, req);
+    }
+
+    fn read(&self, s: &mut State, i: usize) {
+        let (id, process, permit) = (s.reqs[i].id, s.reqs[i].process, s.reqs[i].permit);
+        if let Some(entry) = s.db.entry {
+            let reply = self.decide(entry, s.body_of(id));
+            return self.answer(s, i, reply);
+        }
+        if !permit {
+            if s.permits(process) >= usize::from(self.bounds.admission) {
+                // No write admission slot: 503 at once, the key left free.
+                return self.answer(s, i, Reply::Unavailable);
+            }
+            s.reqs[i].permit = true;
+        }
+        let req = &mut s.reqs[i];
+        req.pc = if self.design == Design::ClaimFirstWithoutLease {
+            Pc::Claiming
+        } else if self.bounds.one_statement && !req.tried_statement {
+            req.tried_statement = true;
+            Pc::Statement
+        } else {
+            Pc::Locking
+        };
+    }
+
+    fn change(&self, s: &mut State, i: usize) {
+        let id = s.reqs[i].id;
+        let body = s.body_of(id);
+        let existing = if self.design.has_unique_column() {
+            s.db.orders.first().copied()
+        } else {
+            None
+        };
+        let Some(order) = existing else {
+            let req = &mut s.reqs[i];
+            req.tx.order = true;
+            req.pc = Pc::Recording;
+            return;
+        };
+        // The UNIQUE column refused the row: the key made an order before.
+        // Its entry, when it has one, is the answer it recorded; otherwise
+        // the order answers (same fingerprint on the row) or refuses.
+        let reply = match s.db.entry {
+            Some(entry @ Entry::Recorded { .. }) => self.decide(entry, body),
+            _ if s.body_of(order) == body => Reply::Replayed(order),
+            _ => Reply::KeyReused,
+        };
+        self.answer(s, i, reply);
+    }
+
+    fn record(&self, s: &mut State, i: usize) {
+        let req = &s.reqs[i];
+        let id = req.id;
+        if req.expired {
+            // The fence: past its lease a holder may not record.
+            return self.answer(s, i, Reply::Unavailable);
+        }
+        if self.design == Design::RecordOutsideTransaction {
+            let order = req.tx.order;
+            self.apply(s, id, order, false);
+            let req = &mut s.reqs[i];
+            req.tx = Tx::default();
+            req.pc = Pc::RecordingAfter;
+            return;
+        }
+        match s.db.entry {
+            Some(Entry::Claimed { owner, .. }) if owner == id => {}
+            Some(entry) => {
+                // Recorded by another request since the read: roll back
+                // the change; that entry answers.
+                let reply = self.decide(entry, s.body_of(id));
+                return self.answer(s, i, reply);
+            }
+            None => {}
+        }
+        let req = &mut s.reqs[i];
+        req.tx.entry = true;
+        req.pc = Pc::Committing;
+        if self.design == Design::AnswerBeforeCommit {
+            self.deliver(s, id, Reply::Created(id));
+        }
+    }
+
+    fn crash(&self, s: &mut State, process: u8) {
+        s.budget.crashes = s.budget.crashes.saturating_sub(1);
+        let (dying, living): (Vec<Req>, Vec<Req>) =
+            s.reqs.drain(..).partition(|r| r.process == process);
+        s.reqs = living;
+        for r in dying {
+            match r.pc {
+                Pc::Committing => s.orphans.push(Orphan::Commit {
+                    id: r.id,
+                    order: r.tx.order,
+                    entry: r.tx.entry,
+                }),
+                Pc::Statement => s.orphans.push(Orphan::Statement { id: r.id }),
+                _ => {}
+            }
+            self.deliver(s, r.id, Reply::Reset);
+        }
+        if let Some(slot) = s.slots.get_mut(usize::from(process)) {
+            *slot = None;
+        }
+    }
+}
+
+impl Model for LedgerModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let others = self.bounds.clients.saturating_sub(1);
+        (0..1u32.checked_shl(u32::from(others)).unwrap_or(1))
+            .map(|choice| {
+                let clients = (0..self.bounds.clients)
+                    .map(|c| Client {
+                        // Client 0 sends body A; each other client sends A
+                        // (a duplicate) or B (the key reused) by choice.
+                        body: if c > 0 && choice.checked_shr(u32::from(c - 1)).unwrap_or(0) & 1 != 0
+                        {
+                            Body::B
+                        } else {
+                            Body::A
+                        },
+                        sent: 0,
+                        waiting: None,
+                        settled: false,
+                    })
+                    .collect();
+                State {
+                    clients,
+                    reqs: Vec::new(),
+                    slots: vec![None; usize::from(self.bounds.processes)],
+                    db: Db::default(),
+                    orphans: Vec::new(),
+                    budget: Budget {
+                        crashes: self.bounds.crashes,
+                        hangs: self.bounds.hangs,
+                        losses: self.bounds.losses,
+                        purges: self.bounds.purges,
+                    },
+                    replies: Vec::new(),
+                    history: LinearizabilityTester::new(KeyAnswer::default()),
+                    linearizable: true,
+                }
+            })
+            .collect()
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for (client, c) in (0u8..).zip(&s.clients) {
+            if !c.settled && c.sent < self.bounds.attempts {
+                for process in 0..self.bounds.processes {
+                    actions.push(Action::Send { client, process });
+                }
+            }
+        }
+        let losses = s.budget.losses > 0;
+        for r in &s.reqs {
+            let id = r.id;
+            match r.pc {
+                Pc::Waiting => {
+                    if s.slot_open(r.process) {
+                        actions.push(Action::Wake(id));
+                    }
+                    actions.push(Action::WaitBound(id));
+                }
+                Pc::Reading => actions.push(Action::Read(id)),
+                Pc::Claiming => actions.push(Action::Claim(id)),
+                Pc::Statement => {
+                    let run = self.statement_run(s, id);
+                    if run != StatementRun::Blocked {
+                        actions.push(Action::Statement(id, Net::Acked));
+                    }
+                    if losses {
+                        actions.push(Action::Statement(id, Net::Lost));
+                    }
+                }
+                Pc::Locking => actions.push(Action::Lock(id)),
+                Pc::Changing => {
+                    if !(self.design.has_unique_column() && s.order_pending_elsewhere(id)) {
+                        actions.push(Action::Change(id));
+                    }
+                }
+                Pc::Recording => {
+                    if r.expired
+                        || self.design == Design::RecordOutsideTransaction
+                        || !s.entry_pending_elsewhere(id)
+                    {
+                        actions.push(Action::Record(id));
+                    }
+                }
+                Pc::Committing => {
+                    actions.push(Action::Commit(id, Net::Acked));
+                    if losses {
+                        actions.push(Action::Commit(id, Net::AckLost));
+                        actions.push(Action::Commit(id, Net::Lost));
+                    }
+                }
+                Pc::RecordingAfter => {
+                    if !s.entry_pending_elsewhere(id) {
+                        actions.push(Action::RecordAfter(id));
+                    }
+                }
+            }
+            let holder = s.slots.get(usize::from(r.process)).copied().flatten() == Some(id);
+            if s.budget.hangs > 0 && holder && !r.expired {
+                actions.push(Action::LeaseRunsOut(id));
+            }
+        }
+        if s.budget.crashes > 0 {
+            for process in 0..self.bounds.processes {
+                if s.reqs.iter().any(|r| r.process == process) {
+                    actions.push(Action::Crash { process });
+                }
+            }
+        }
+        for (index, o) in (0u8..).zip(&s.orphans) {
+            let runnable = match *o {
+                Orphan::Commit { .. } => true,
+                Orphan::Statement { id } => self.statement_run(s, id) != StatementRun::Blocked,
+            };
+            if runnable {
+                actions.push(Action::Orphan { index, runs: true });
+            }
+            actions.push(Action::Orphan { index, runs: false });
+        }
+        if s.budget.purges > 0 && matches!(s.db.entry, Some(Entry::Recorded { .. })) {
+            actions.push(Action::Purge);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let at = |s: &State, id: ReqId| s.index(id);
+        match action {
+            Action::Send { client, process } => self.send(&mut s, client, process),
+            Action::Wake(id) => {
+                let i = at(&s, id)?;
+                let process = s.reqs[i].process;
+                s.reqs[i].pc = Pc::Reading;
+                *s.slots.get_mut(usize::from(process))? = Some(id);
+            }
+            Action::WaitBound(id) => {
+                let i = at(&s, id)?;
+                self.answer(&mut s, i, Reply::InProgress);
+            }
+            Action::Read(id) => {
+                let i = at(&s, id)?;
+                self.read(&mut s, i);
+            }
+            Action::Claim(id) => {
+                let i = at(&s, id)?;
+                match s.db.entry {
+                    Some(entry) => {
+                        let reply = self.decide(entry, s.body_of(id));
+                        self.answer(&mut s, i, reply);
+                    }
+                    None => {
+                        s.db.entry = Some(Entry::Claimed {
+                            body: s.body_of(id),
+                            owner: id,
+                        });
+                        s.reqs[i].pc = Pc::Changing;
+                    }
+                }
+            }
+            Action::Statement(id, net) => {
+                let i = at(&s, id)?;
+                match (net, self.statement_run(&s, id)) {
+                    (Net::Lost | Net::AckLost, _) => {
+                        s.budget.losses = s.budget.losses.saturating_sub(1);
+                        self.answer(&mut s, i, Reply::Unavailable);
+                    }
+                    // It took the lock and wrote both rows; they commit as
+                    // the statement ends (`Commit`), and meanwhile the lock
+                    // is held like any unit's.
+                    (Net::Acked, StatementRun::Writes) => {
+                        let req = &mut s.reqs[i];
+                        req.tx = Tx {
+                            lock: true,
+                            order: true,
+                            entry: true,
+                        };
+                        req.pc = Pc::Committing;
+                    }
+                    // Whatever it cannot decide goes the general way.
+                    (Net::Acked, _) => s.reqs[i].pc = Pc::Locking,
+                }
+            }
+            Action::Lock(id) => {
+                let i = at(&s, id)?;
+                if s.locked_by_other(id) {
+                    // Busy: roll back, release everything, look again
+                    // after a pause (or give up at the wait bound).
+                    let req = &mut s.reqs[i];
+                    // (The permit-first design keeps its slot to the end.)
+                    req.permit &= self.design == Design::PermitHeldWhileWaiting;
+                    if req.polls == 0 {
+                        self.answer(&mut s, i, Reply::InProgress);
+                    } else {
+                        req.polls = req.polls.saturating_sub(1);
+                        req.pc = Pc::Reading;
+                    }
+                } else {
+                    let req = &mut s.reqs[i];
+                    req.tx.lock = true;
+                    req.pc = Pc::Changing;
+                }
+            }
+            Action::Change(id) => {
+                let i = at(&s, id)?;
+                self.change(&mut s, i);
+            }
+            Action::Record(id) => {
+                let i = at(&s, id)?;
+                self.record(&mut s, i);
+            }
+            Action::Commit(id, net) => {
+                let i = at(&s, id)?;
+                let tx = s.reqs[i].tx;
+                if net != Net::Lost {
+                    self.apply(&mut s, id, tx.order, tx.entry);
+                }
+                let reply = if net == Net::Acked {
+                    Reply::Created(id)
+                } else {
+                    s.budget.losses = s.budget.losses.saturating_sub(1);
+                    Reply::Unavailable
+                };
+                s.reqs[i].tx = Tx::default();
+                if self.design == Design::AnswerBeforeCommit {
+                    // Answered already: the request just ends.
+                    let req = s.reqs.remove(i);
+                    if let Some(slot) = s.slots.get_mut(usize::from(req.process))
+                        && *slot == Some(id)
+                    {
+                        *slot = None;
+                    }
+                } else {
+                    self.answer(&mut s, i, reply);
+                }
+            }
+            Action::RecordAfter(id) => {
+                let i = at(&s, id)?;
+                let reply = match s.db.entry {
+                    Some(entry) => self.decide(entry, s.body_of(id)),
+                    None => {
+                        self.apply(&mut s, id, false, true);
+                        Reply::Created(id)
+                    }
+                };
+                self.answer(&mut s, i, reply);
+            }
+            Action::LeaseRunsOut(id) => {
+                let i = at(&s, id)?;
+                s.budget.hangs = s.budget.hangs.saturating_sub(1);
+                s.reqs[i].expired = true;
+            }
+            Action::Crash { process } => self.crash(&mut s, process),
+            Action::Orphan { index, runs } => {
+                let orphan = s.orphans.remove(usize::from(index));
+                if runs {
+                    match orphan {
+                        Orphan::Commit { id, order, entry } => self.apply(&mut s, id, order, entry),
+                        Orphan::Statement { id } => {
+                            if self.statement_run(&s, id) == StatementRun::Writes {
+                                self.apply(&mut s, id, true, true);
+                            }
+                        }
+                    }
+                }
+            }
+            Action::Purge => {
+                s.budget.purges = s.budget.purges.saturating_sub(1);
+                s.db.entry = None;
+                s.db.purged = true;
+            }
+        }
+        assert!(
+            s.fuel(&self.bounds) < last.fuel(&self.bounds),
+            "a step must make progress (the model would have a cycle): {action:?}"
+        );
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        crate::properties::all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same state with processes 0 and 1 swapped.
+    fn swapped(s: &State) -> State {
+        let mut t = s.clone();
+        for r in &mut t.reqs {
+            r.process = 1 - r.process;
+        }
+        t.slots.reverse();
+        t
+    }
+
+    #[test]
+    fn states_that_differ_only_by_which_process_is_which_share_one_representative() {
+        let model = LedgerModel::new(Design::Correct, Bounds::default());
+        // Every state within a few steps of the start, both ways round.
+        let mut frontier = model.init_states();
+        let mut seen = 0;
+        for _ in 0..5 {
+            let mut next = Vec::new();
+            for s in &frontier {
+                assert_eq!(representative(s), representative(&swapped(s)), "{s:?}");
+                seen += 1;
+                next.extend(model.next_states(s));
+            }
+            frontier = next;
+        }
+        assert!(seen > 1000, "{seen}");
+    }
+}
