@@ -9,6 +9,11 @@
 //!
 //! On PostgreSQL it creates (and drops) a database of its own next to the
 //! one the URL names. `BENCH_SECONDS` (10) is how long the overload lasts.
+//!
+//! `OVERLOAD_MODE=open` runs the open-loop case instead: creates offered at
+//! a fixed rate, `OPEN_FACTOR` (1.5) × the capacity it measures first, by
+//! `OPEN_SENDERS` (256) paced senders, each latency counted from the time
+//! its request was due (`overload::run_open`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "bench/overload.rs"]
@@ -63,8 +68,29 @@ fn main() {
     };
     let (mut server, base) = overload::start_server(&bin, &url);
     let bound = usize::try_from(DEFAULT_WRITE_ADMISSION).unwrap();
-    let figures = overload::run(&server, &base, &token, &store, bound, seconds);
-    println!("{}", figures.markdown(label));
+    if std::env::var("OVERLOAD_MODE").as_deref() == Ok("open") {
+        // Offered at a fixed rate, 1.5 × the measured capacity (OPEN_FACTOR),
+        // by OPEN_SENDERS paced senders (256).
+        let env = |name: &str, default: f64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let figures = overload::run_open(
+            &server,
+            &base,
+            &token,
+            &store,
+            env("OPEN_FACTOR", 1.5),
+            env("OPEN_SENDERS", 256.0) as usize,
+            seconds,
+        );
+        println!("{}", figures.markdown(label));
+    } else {
+        let figures = overload::run(&server, &base, &token, &store, bound, seconds);
+        println!("{}", figures.markdown(label));
+    }
     let _ = server.kill();
     let _ = server.wait();
     match admin {

@@ -148,6 +148,7 @@ const FIELDS: [&str; 3] = ["item", "quantity", "price"];
 /// gives the order it denotes exactly, or names exactly the failing fields,
 /// once each.
 pub fn check_order_body(bytes: &[u8], create: bool) {
+    check_strict_json(bytes);
     let Ok(value) = parse_json(bytes) else { return };
     {
         let result = if create {
@@ -275,6 +276,90 @@ mod tests {
             ("1.", None),
         ] {
             assert_eq!(reference_cents(literal), cents, "{literal}");
+        }
+    }
+}
+
+/// The one-pass strict reading of a body ([`parse_json`]) against the
+/// two-pass reference it replaced: `serde_json::Value` for the value, and a
+/// separate walk of the text for member names given twice. Accepted exactly
+/// when the reference accepts, and then the same value (numbers' text
+/// included), so fingerprints are unchanged.
+pub fn check_strict_json(bytes: &[u8]) {
+    let reference = serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .filter(|_| serde_json::from_slice::<reference::NoDuplicateMembers>(bytes).is_ok());
+    match (parse_json(bytes), reference) {
+        (Ok(value), Some(expected)) => {
+            assert_eq!(value, expected, "{}", String::from_utf8_lossy(bytes));
+            assert_eq!(
+                idempotency_ledger::canonical_json(&value),
+                idempotency_ledger::canonical_json(&expected)
+            );
+        }
+        (Err(_), None) => {}
+        (got, expected) => panic!(
+            "{:?}: parsed {:?}, the reference {:?}",
+            String::from_utf8_lossy(bytes),
+            got.ok(),
+            expected
+        ),
+    }
+}
+
+mod reference {
+    use std::collections::HashSet;
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    /// Walks a JSON document and fails on the first object that names a
+    /// member twice.
+    pub struct NoDuplicateMembers;
+
+    impl<'de> Deserialize<'de> for NoDuplicateMembers {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_any(NoDuplicateMembers)
+        }
+    }
+
+    impl<'de> Visitor<'de> for NoDuplicateMembers {
+        type Value = NoDuplicateMembers;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+            Ok(self)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+            Ok(self)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+            Ok(self)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+            Ok(self)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+            Ok(self)
+        }
+        fn visit_unit<E>(self) -> Result<Self, E> {
+            Ok(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+            while seq.next_element::<NoDuplicateMembers>()?.is_some() {}
+            Ok(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+            let mut seen = HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if !seen.insert(name.clone()) {
+                    return Err(de::Error::custom("duplicate member name"));
+                }
+                map.next_value::<NoDuplicateMembers>()?;
+            }
+            Ok(self)
         }
     }
 }

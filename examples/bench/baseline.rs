@@ -4,7 +4,8 @@
 //! On SQLite two inserts: one transaction per request from a pool at
 //! `synchronous = NORMAL` (`/bare`), and the service's own group-committing
 //! [`Writer`] at `synchronous = FULL`, one savepoint per row, doing nothing
-//! but the insert (`/bare-group`): the ceiling of a durable write here.
+//! but the insert, awaited from the worker as the service awaits it
+//! (`/bare-group`): the ceiling of a durable write here.
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use diesel::connection::SimpleConnection;
@@ -115,7 +116,8 @@ impl BaselinePool {
 
     /// SQLite: one row through the group-committing writer, in a savepoint
     /// of whatever batch it joins; answered once that batch has committed.
-    pub(crate) fn group_insert(&self) -> QueryResult<String> {
+    /// Awaited as the service awaits it (no blocking thread parked).
+    pub(crate) async fn group_insert(&self) -> QueryResult<String> {
         use bare_rows::dsl as t;
         let BaselinePool::Sqlite { group, .. } = self else {
             return Err(diesel::result::Error::NotFound);
@@ -124,12 +126,13 @@ impl BaselinePool {
         let now = chrono::Utc::now().to_rfc3339();
         let answer = id.clone();
         group
-            .run_blocking(move |conn: &mut Conn<'_>| match conn {
+            .run(move |conn: &mut Conn<'_>| match conn {
                 Conn::Sqlite(c) => diesel::insert_into(t::bare_rows)
                     .values(bare_row!(&id, &now))
                     .execute(*c),
                 Conn::Postgres(_) => Err(diesel::result::Error::NotFound),
             })
+            .await
             .map_err(|e| diesel::result::Error::QueryBuilderError(e.into()))??;
         Ok(answer)
     }
@@ -168,8 +171,10 @@ impl Baseline {
                 let path = config.dir.join("bare.db");
                 let manager =
                     ConnectionManager::<SqliteConnection>::new(path.display().to_string());
+                // As the service's pools: no `SELECT 1` on every checkout.
                 let pool = r2d2::Pool::builder()
                     .max_size(8)
+                    .test_on_check_out(false)
                     .connection_customizer(Box::new(SqliteNormal))
                     .build(manager)
                     .expect("baseline pool");
@@ -204,8 +209,11 @@ impl Baseline {
             }
             Target::Postgres { url, .. } => {
                 let manager = ConnectionManager::<PgConnection>::new(url.clone());
+                // As the service's pools: no `SELECT 1` (a round trip) on
+                // every checkout.
                 let pool = r2d2::Pool::builder()
                     .max_size(config.connections.max(8))
+                    .test_on_check_out(false)
                     .build(manager)
                     .expect("baseline pool");
                 pool.get()
@@ -263,9 +271,9 @@ async fn bare_insert(pool: web::Data<BaselinePool>) -> HttpResponse {
 }
 
 async fn bare_group_insert(pool: web::Data<BaselinePool>) -> HttpResponse {
-    match web::block(move || pool.group_insert()).await {
-        Ok(Ok(id)) => HttpResponse::Created().json(serde_json::json!({ "id": id })),
-        _ => HttpResponse::ServiceUnavailable().finish(),
+    match pool.group_insert().await {
+        Ok(id) => HttpResponse::Created().json(serde_json::json!({ "id": id })),
+        Err(_) => HttpResponse::ServiceUnavailable().finish(),
     }
 }
 

@@ -98,6 +98,7 @@ fn main() {
     };
     let mut report = Report {
         durability: target.durability(),
+        load_at_start: report::load_average(),
         ..Report::default()
     };
     run(&config, &target, &mut report);

@@ -142,6 +142,216 @@ fn load(
         .collect()
 }
 
+/// Creates offered at a fixed `rate` per second for `seconds`, whatever the
+/// answers take (an open loop, paced as wrk2 paces): request `i` is due at
+/// `start + i / rate`; `workers` threads take the next due request, wait
+/// for its time and send it, and its latency counts from the time it was
+/// due, so a request sent late because every worker was busy is charged
+/// its wait. Also returns how many were sent more than 1 ms late.
+fn paced(
+    base: &str,
+    token: &str,
+    rate: f64,
+    workers: usize,
+    seconds: u64,
+    prefix: &str,
+) -> (Vec<Sample>, usize) {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = Instant::now() + Duration::from_millis(100);
+    let total = (rate * seconds as f64) as u64;
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let (base, token, prefix) = (base.to_owned(), token.to_owned(), prefix.to_owned());
+            let next = Arc::clone(&next);
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    let agent = agent();
+                    let mut samples = Vec::new();
+                    let mut late = 0;
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= total {
+                            return (samples, late);
+                        }
+                        let due = start + Duration::from_secs_f64(i as f64 / rate);
+                        let now = Instant::now();
+                        if due > now {
+                            std::thread::sleep(due - now);
+                        } else if now - due > Duration::from_millis(1) {
+                            late += 1;
+                        }
+                        let key = format!("{prefix}-{i}");
+                        let status = agent
+                            .post(&format!("{base}/v1/orders"))
+                            .header("Authorization", &format!("Bearer {token}"))
+                            .header("Idempotency-Key", &key)
+                            .header("Content-Type", "application/json")
+                            .send(BODY)
+                            .map(|mut r| {
+                                let _ = r.body_mut().read_to_vec();
+                                r.status().as_u16()
+                            })
+                            .unwrap_or(0);
+                        samples.push(Sample {
+                            status,
+                            micros: due.elapsed().as_micros() as u64,
+                            key,
+                        });
+                    }
+                })
+                .expect("start a worker")
+        })
+        .collect();
+    let mut samples = Vec::new();
+    let mut late = 0;
+    for thread in threads {
+        let (mine, my_late) = thread.join().expect("worker");
+        samples.extend(mine);
+        late += my_late;
+    }
+    (samples, late)
+}
+
+/// What the open-loop run measured.
+#[derive(Debug, Default)]
+pub struct OpenLoop {
+    pub capacity: f64,
+    pub rate: f64,
+    pub seconds: u64,
+    pub workers: usize,
+    pub late: usize,
+    pub answered_per_sec: f64,
+    pub figures: Overload,
+}
+
+/// The open-loop overload: the unloaded p99 (4 connections), the capacity
+/// (creates per second answered to 32 connections, closed loop), then
+/// creates offered at `factor` × that capacity for `seconds` by `workers`
+/// paced senders (see [`paced`]), and the same exact count as [`run`].
+pub fn run_open(
+    server: &Child,
+    base: &str,
+    token: &str,
+    store: &Store,
+    factor: f64,
+    workers: usize,
+    seconds: u64,
+) -> OpenLoop {
+    let unloaded: Vec<u64> = load(base, token, UNLOADED_CONNECTIONS, seconds.min(5), "calm")
+        .into_iter()
+        .flatten()
+        .filter(|s| s.status == 201)
+        .map(|s| s.micros)
+        .collect();
+    let measured = 5;
+    let capacity = load(base, token, 32, measured, "capacity")
+        .into_iter()
+        .flatten()
+        .filter(|s| s.status == 201)
+        .count() as f64
+        / measured as f64;
+    let rate = capacity * factor;
+    let began = Instant::now();
+    let (samples, late) = paced(base, token, rate, workers, seconds, "open");
+    let answered_per_sec = samples.len() as f64 / began.elapsed().as_secs_f64();
+    let created: Vec<&Sample> = samples.iter().filter(|s| s.status == 201).collect();
+    let shed: Vec<&Sample> = samples.iter().filter(|s| s.status == 503).collect();
+    let mut orders: HashMap<String, usize> = HashMap::new();
+    for key in store.keys("SELECT idempotency_key AS k FROM orders") {
+        *orders.entry(key).or_default() += 1;
+    }
+    let ledger: std::collections::HashSet<String> = store
+        .keys("SELECT idempotency_key AS k FROM idempotency_ledger")
+        .into_iter()
+        .collect();
+    let figures = Overload {
+        seconds,
+        unloaded_count: unloaded.len(),
+        unloaded_p99_ms: percentile_ms(unloaded, 0.99),
+        created: created.len(),
+        admitted_p50_ms: percentile_ms(created.iter().map(|s| s.micros).collect(), 0.50),
+        admitted_p99_ms: percentile_ms(created.iter().map(|s| s.micros).collect(), 0.99),
+        shed: shed.len(),
+        shed_p50_ms: percentile_ms(shed.iter().map(|s| s.micros).collect(), 0.50),
+        shed_p99_ms: percentile_ms(shed.iter().map(|s| s.micros).collect(), 0.99),
+        other: samples.len() - created.len() - shed.len(),
+        peak_rss_kb: peak_rss_kb(server.id()),
+        stored_for_201: created
+            .iter()
+            .filter(|s| orders.contains_key(&s.key))
+            .count(),
+        created_not_once: created
+            .iter()
+            .filter(|s| orders.get(&s.key) != Some(&1))
+            .count(),
+        shed_keys_used: shed
+            .iter()
+            .filter(|s| orders.contains_key(&s.key) || ledger.contains(&s.key))
+            .count(),
+        ..Overload::default()
+    };
+    OpenLoop {
+        capacity,
+        rate,
+        seconds,
+        workers,
+        late,
+        answered_per_sec,
+        figures,
+    }
+}
+
+impl OpenLoop {
+    /// The figures as the rows PERFORMANCE.md shows.
+    pub fn markdown(&self, backend: &str) -> String {
+        let f = &self.figures;
+        let total = f.created + f.shed + f.other;
+        format!(
+            "### Open-loop overload, {backend}: {:.0} creates/s offered (capacity {:.0}/s × {:.1}), {} s, {} paced senders\n\n\
+             | figure | value |\n|---|---:|\n\
+             | unloaded create p99 ({UNLOADED_CONNECTIONS} connections, {} creates) | {:.2} ms |\n\
+             | answered per second | {:.0} |\n\
+             | sent more than 1 ms after their time (every sender busy) | {} of {total} |\n\
+             | admitted creates (201) | {} |\n\
+             | admitted p50 / p99, from the time each was due | {:.2} / {:.2} ms |\n\
+             | admitted p99 ÷ unloaded p99 | {:.1} × |\n\
+             | shed creates (503) | {} |\n\
+             | shed p50 / p99, from the time each was due | {:.2} / {:.2} ms |\n\
+             | other answers or no answer | {} |\n\
+             | server peak RSS | {:.1} MiB |\n\
+             | 201 keys stored exactly once | {} of {} ({} not) |\n\
+             | shed keys with an order or a ledger entry | {} |\n",
+            self.rate,
+            self.capacity,
+            self.rate / self.capacity.max(1.0),
+            self.seconds,
+            self.workers,
+            f.unloaded_count,
+            f.unloaded_p99_ms,
+            self.answered_per_sec,
+            self.late,
+            f.created,
+            f.admitted_p50_ms,
+            f.admitted_p99_ms,
+            if f.unloaded_p99_ms > 0.0 {
+                f.admitted_p99_ms / f.unloaded_p99_ms
+            } else {
+                0.0
+            },
+            f.shed,
+            f.shed_p50_ms,
+            f.shed_p99_ms,
+            f.other,
+            f.peak_rss_kb as f64 / 1024.0,
+            f.stored_for_201,
+            f.created,
+            f.created_not_once,
+            f.shed_keys_used,
+        )
+    }
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)

@@ -20,6 +20,8 @@
 //! The handler awaits the ledger: a request waiting for its key, or for the
 //! SQLite writer, holds no thread.
 
+use std::sync::Arc;
+
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
@@ -134,36 +136,39 @@ impl Mutation {
     where
         F: Work,
     {
-        let ctx = self.ctx;
-        let unit_ctx = ctx.clone();
+        let ctx = Arc::new(self.ctx);
+        let unit_ctx = Arc::clone(&ctx);
         let unit = move |tx: &mut LedgerTx<'_, '_>| recorded(work(tx, &unit_ctx));
         let outcome = state.ledger.execute(ledger_request(&ctx), unit).await;
         answer(&ctx, outcome)
     }
 
-    /// [`Mutation::execute`] for a route whose whole change is inserting
-    /// `row`, answered `created` (see
-    /// [`Ledger::execute_insert`](idempotency_ledger::Ledger::execute_insert)):
-    /// the ledger writes the row itself, and on PostgreSQL a fresh key then
+    /// [`Mutation::execute`] for a route whose whole change is inserting a
+    /// row (see
+    /// [`Ledger::execute_insert_with`](idempotency_ledger::Ledger::execute_insert_with)):
+    /// `make` builds the row and the answer it is recorded with, and runs
+    /// only when the key has no entry yet (a replay builds neither); the
+    /// ledger writes the row itself, and on PostgreSQL a fresh key then
     /// costs one statement after the read. When the row exists already (its
     /// unique constraint), `found` says what that means.
-    pub async fn execute_insert<R, F>(
+    pub async fn execute_insert<R, M, F>(
         self,
         state: web::Data<AppState>,
-        row: R,
-        created: RecordedResponse,
+        make: M,
         found: F,
     ) -> Result<HttpResponse, ApiError>
     where
         R: Row,
+        M: FnOnce(&MutationCtx) -> (R, RecordedResponse) + Send,
         F: Work,
     {
-        let ctx = self.ctx;
-        let unit_ctx = ctx.clone();
+        let ctx = Arc::new(self.ctx);
+        let (make_ctx, unit_ctx) = (Arc::clone(&ctx), Arc::clone(&ctx));
+        let make = move || make(&make_ctx);
         let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_ctx));
         let outcome = state
             .ledger
-            .execute_insert(ledger_request(&ctx), row, created, found)
+            .execute_insert_with(ledger_request(&ctx), make, found)
             .await;
         answer(&ctx, outcome)
     }

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::AuthUser;
 use super::error::{ApiError, Problem};
-use super::mutation::{BodyRule, Mutation, json_reply};
+use super::mutation::{BodyRule, Mutation, MutationCtx, json_reply};
 use crate::orders::input::{parse_new_order, parse_order_patch};
 use crate::orders::model::{Order, OrderView};
 use crate::orders::{self, Created, Cursor};
@@ -96,12 +96,14 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let mutation = Mutation::prepare(&req, payload, &state, BodyRule::Json).await?;
     let new = parse_new_order(mutation.json()).map_err(ApiError::Validation)?;
-    let ctx = mutation.ctx();
-    let order = orders::prepare(&ctx.user_id, &ctx.fingerprint, new);
-    let row = orders::new_row(&order, &ctx.key);
-    let created = json_reply(StatusCode::CREATED, &order.view(), Some(location(&order)));
+    // Made only for a key the ledger has no entry for: a replay makes no id.
+    let make = move |ctx: &MutationCtx| {
+        let order = orders::prepare(&ctx.user_id, &ctx.fingerprint, new);
+        let created = json_reply(StatusCode::CREATED, &order.view(), Some(location(&order)));
+        (orders::new_row(&order, &ctx.key), created)
+    };
     mutation
-        .execute_insert(state, row, created, |tx, ctx| {
+        .execute_insert(state, make, |tx, ctx| {
             Ok(
                 match orders::existing(tx, &ctx.user_id, &ctx.key, &ctx.fingerprint)? {
                     // The ledger entry of the request that created this order

@@ -10,7 +10,6 @@
 
 use std::borrow::Cow;
 
-use rust_decimal::Decimal;
 use serde_json::Value;
 use validator::{Validate, ValidationError, ValidationErrors};
 
@@ -56,7 +55,9 @@ pub const NOT_CENTS: &str = "must be a whole number of cents";
 
 /// The field rules of an order, in one place. A field that is `None` was
 /// absent (or of the wrong JSON type, already reported) and is not checked.
-/// Stored rows are checked by the same rules when read.
+/// Rows are written only from values that passed them; a row read back is
+/// checked for the shape they give (`Item::from_stored` and its kin), not
+/// run through them again.
 #[derive(Debug, Clone, Default, Validate)]
 pub struct OrderFields {
     /// Trimmed before the rules apply.
@@ -257,11 +258,6 @@ fn integer_literal(v: &Value) -> Option<i64> {
     } else {
         i64::MAX
     }))
-}
-
-/// The exact decimal an amount of cents is (for rows read back).
-pub fn cents_amount(cents: i64) -> Amount {
-    Amount::Exact(Decimal::new(cents, 2))
 }
 
 #[cfg(test)]

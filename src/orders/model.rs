@@ -100,6 +100,21 @@ impl Item {
         Self(item)
     }
 
+    /// A stored item, if it still has the shape the rules gave it: not
+    /// empty, trimmed, at most [`Item::MAX_CHARS`] characters, none of them
+    /// a control character. One pass, no allocation.
+    pub(super) fn from_stored(item: String) -> Option<Self> {
+        let trimmed = item.trim().len() == item.len();
+        let mut chars = 0u64;
+        for c in item.chars() {
+            chars += 1;
+            if c.is_control() || chars > Self::MAX_CHARS {
+                return None;
+            }
+        }
+        (trimmed && chars > 0).then_some(Self(item))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -116,6 +131,13 @@ impl Quantity {
     /// A quantity that passed the field rules; `None` only beyond `i32`.
     pub(super) fn from_validated(n: i64) -> Option<Self> {
         i32::try_from(n).ok().map(Self)
+    }
+
+    /// A stored quantity, if it is in range.
+    pub(super) fn from_stored(n: i32) -> Option<Self> {
+        (Self::MIN..=Self::MAX)
+            .contains(&i64::from(n))
+            .then_some(Self(n))
     }
 
     pub fn get(self) -> i32 {
@@ -140,6 +162,13 @@ impl Money {
             return None;
         }
         i64::try_from(cents.mantissa()).ok().map(Self)
+    }
+
+    /// A stored amount of cents, if it is in range.
+    pub(super) fn from_stored_cents(cents: i64) -> Option<Self> {
+        (0..=Self::MAX_CENTS)
+            .contains(&cents)
+            .then_some(Self(cents))
     }
 
     pub fn cents(self) -> i64 {

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+use diesel::connection::SimpleConnection;
 use serde_json::Value;
 
 use crate::both_backends;
@@ -66,6 +67,23 @@ fn walk(app: &TestApp, limit: u32) -> (Vec<String>, usize) {
     (ids, pages)
 }
 
+/// Runs `sql` against the app's database with the table's `CHECK`
+/// constraints out of the way, as a tampered database would be.
+fn bypass_checks(app: &TestApp, sql: &str) {
+    let mut pooled = app.pool.get().expect("connection");
+    match pooled.conn() {
+        orders_api::db::Conn::Sqlite(c) => c.batch_execute(&format!(
+            "PRAGMA ignore_check_constraints = ON; {sql}; PRAGMA ignore_check_constraints = OFF;"
+        )),
+        orders_api::db::Conn::Postgres(c) => c.batch_execute(&format!(
+            "DO $$ DECLARE c text; BEGIN FOR c IN SELECT conname FROM pg_constraint \
+             WHERE conrelid = 'orders'::regclass AND contype = 'c' LOOP \
+             EXECUTE format('ALTER TABLE orders DROP CONSTRAINT %I', c); END LOOP; END $$; {sql}"
+        )),
+    }
+    .expect("tamper with the order");
+}
+
 both_backends! {
     fn an_order_is_read_back_as_created_with_its_server_computed_total(backend) {
         let app = TestApp::spawn(backend);
@@ -94,6 +112,40 @@ both_backends! {
             chrono::DateTime::parse_from_rfc3339(created_at).is_ok(),
             "{created_at}"
         );
+    }
+
+    fn a_stored_order_that_breaks_a_rule_is_answered_500_without_internals(backend) {
+        let app = TestApp::spawn(backend);
+        let created = app.post_order(Some("kept"), &order_body("Widget", 2, "9.99"));
+        assert_eq!(created.status, 201, "{}", created.body);
+        let path = created.header("Location").expect("Location").to_owned();
+        let id = id_of(&created);
+        let fine = "item = 'Widget', quantity = 2, price_cents = 999, status = 'pending'";
+        for tampering in [
+            "quantity = 0",
+            "quantity = 1000001",
+            "price_cents = -1",
+            "price_cents = 100000000001",
+            "status = 'shipped'",
+            "item = ''",
+            "item = ' Widget'",
+            "item = 'Wid\nget'",
+        ] {
+            bypass_checks(&app, &format!("UPDATE orders SET {fine}; UPDATE orders SET {tampering}"));
+            for read in [
+                app.call("GET", &path, None, None),
+                app.call("GET", "/v1/orders", None, None),
+            ] {
+                assert_problem(&read, 500, "INTERNAL_ERROR");
+                for internal in [id.as_str(), "quantity", "price_cents", "item", "shipped", "invalid"] {
+                    assert!(!read.body.contains(internal), "{tampering}: {}", read.body);
+                }
+            }
+        }
+        bypass_checks(&app, &format!("UPDATE orders SET {fine}"));
+        let read = app.call("GET", &path, None, None);
+        assert_eq!(read.status, 200, "{}", read.body);
+        assert_eq!(read.json(), created.json(), "read back exactly as created");
     }
 
     fn an_unknown_or_malformed_order_id_is_a_404(backend) {

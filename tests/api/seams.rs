@@ -97,6 +97,38 @@ both_backends! {
         assert_eq!((app.order_count(), app.ledger_count()), (3, 3));
     }
 
+    fn retries_of_a_recorded_key_are_replayed_at_once_while_another_of_them_holds_the_key(backend) {
+        let app = TestApp::spawn_with(backend, |s| s.idempotency_wait_secs = 120);
+        let body = order_body("Widget", 2, "9.99");
+        // Fault holds are process-wide: each backend's copy holds its own key.
+        let key = format!("recorded-and-held-{backend:?}");
+        let key: &str = &key;
+        let recorded = app.post_order(Some(key), &body);
+        assert_eq!(recorded.status, 201, "{}", recorded.body);
+        let hold = fault::hold(Point::AfterEnter, key);
+
+        std::thread::scope(|s| {
+            let holder = s.spawn(|| app.post_order(Some(key), &body));
+            assert!(hold.wait_reached(Duration::from_secs(30)), "a retry holds the key");
+            // More retries than the key may have waiters: none waits, none
+            // is refused; each is the recorded answer, given while the key
+            // is still held.
+            let answers = retries(s, &app, key, &body, WAITERS_PER_KEY + 8);
+            for _ in 0..WAITERS_PER_KEY + 8 {
+                let answer = answers.recv_timeout(Duration::from_secs(30)).expect("an answer at once");
+                assert_eq!(answer.status, 200, "{}", answer.body);
+                assert_eq!(answer.header("Idempotent-Replayed"), Some("true"));
+                assert_eq!(answer.body, recorded.body);
+            }
+            assert!(!holder.is_finished(), "all of them while the key was still held");
+            hold.release();
+            let held = holder.join().expect("holder");
+            assert_eq!(held.status, 200, "{}", held.body);
+            assert_eq!(held.body, recorded.body);
+        });
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
+
     fn duplicates_past_the_per_key_waiter_cap_are_answered_409_at_once_and_the_first_still_records(backend) {
         let app = TestApp::spawn_with(backend, |s| s.idempotency_wait_secs = 120);
         let body = order_body("Widget", 1, "1.00");

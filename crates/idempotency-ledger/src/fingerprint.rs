@@ -62,7 +62,7 @@ fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Number(n) => out.extend_from_slice(number(n.as_str()).as_bytes()),
+        Value::Number(n) => number_into(n.as_str(), out),
         Value::String(s) => string(s, out),
         Value::Array(items) => {
             out.push(b'[');
@@ -75,13 +75,12 @@ fn write(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Object(members) => {
-            let mut sorted: Vec<(Vec<u16>, &String, &Value)> = members
-                .iter()
-                .map(|(k, v)| (k.encode_utf16().collect(), k, v))
-                .collect();
-            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            // By UTF-16 code units, compared as they are produced (member
+            // names are distinct, so the order is total).
+            let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
             out.push(b'{');
-            for (i, (_, k, v)) in sorted.into_iter().enumerate() {
+            for (i, (k, v)) in sorted.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
@@ -99,6 +98,24 @@ fn write(value: &Value, out: &mut Vec<u8>) {
 /// `\u00xx`).
 fn string(s: &str, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Writes a number as [`number`] does. An integer literal of at most 15
+/// digits is written as it is (`-0` as `0`): every such value is an exact
+/// `f64`, which JCS writes as its plain digits — the general way's answer,
+/// without the float round trip.
+fn number_into(text: &str, out: &mut Vec<u8>) {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let plain = (1..=15).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if !plain {
+        out.extend_from_slice(number(text).as_bytes());
+    } else if digits == "0" {
+        out.push(b'0');
+    } else {
+        out.extend_from_slice(text.as_bytes());
+    }
 }
 
 fn number(text: &str) -> String {
@@ -144,6 +161,84 @@ mod tests {
     fn json_fp(method: &str, path: &str, body: &str) -> Fingerprint {
         let value: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
         Fingerprint::of(method, path, body.as_bytes(), Some(&value))
+    }
+
+    /// Stored entries hold fingerprints computed by earlier builds: the
+    /// function of the request must never change, or their retries would be
+    /// refused as a reused key. The first is also SHA-256 of
+    /// `POST\0/v1/orders\0json:{"item":"Widget","price":9.99,"quantity":2}`
+    /// computed elsewhere; all were computed by the build before the
+    /// canonical form was last optimised.
+    #[test]
+    fn fingerprints_stay_what_earlier_builds_stored() {
+        for (method, path, body, json, pinned) in [
+            (
+                "POST",
+                "/v1/orders",
+                r#"{"item":"Widget","quantity":2,"price":9.99}"#,
+                true,
+                "933cbef6eba0efef446d41a439eef360b8cc387896ad841d42a0c868105bf234",
+            ),
+            (
+                "PATCH",
+                "/v1/orders/0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b",
+                r#"{ "quantity": 3, "price": 1e2 }"#,
+                true,
+                "830fc2d357a78a700a4cf19086e0d7b1392c36c3f61d7376d10b3cb91707be07",
+            ),
+            (
+                "POST",
+                "/v1/orders",
+                r#"{"\u20ac":[1.50,-0,1e400,9007199254740993,0.1e-7],"\r":{"b":null,"a":true},"1":"\u0001\"/"}"#,
+                true,
+                "40423b3f41d6b15bd1903ea77d3d18039ecc268ee6fb1126a81e8890ed03bdd0",
+            ),
+            (
+                "DELETE",
+                "/v1/orders/x",
+                "",
+                false,
+                "4392248eca66c6a775f5f398021e762938ed41d2c4a6b70d05495fad88ff3417",
+            ),
+            (
+                "POST",
+                "/p",
+                "a=1&b=2",
+                false,
+                "ebff649048a88d2912a6d946d5042ff8a519ee91122c285d96eefe9f682add4b",
+            ),
+        ] {
+            let value: Option<serde_json::Value> =
+                json.then(|| serde_json::from_str(body).unwrap_or_default());
+            let got = Fingerprint::of(method, path, body.as_bytes(), value.as_ref());
+            assert_eq!(got.as_str(), pinned, "{method} {path} {body}");
+        }
+    }
+
+    #[test]
+    fn short_integers_are_written_as_the_general_way_writes_them() {
+        let mut cases: Vec<String> = [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "10",
+            "999999999999999",
+            "-999999999999999",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut n: u64 = 1;
+        for _ in 0..15 {
+            cases.push(n.to_string());
+            cases.push(format!("-{}", n * 7 + 3));
+            n = n.saturating_mul(10);
+        }
+        for text in cases {
+            let mut out = Vec::new();
+            number_into(&text, &mut out);
+            assert_eq!(String::from_utf8_lossy(&out), number(&text), "{text}");
+        }
     }
 
     #[test]

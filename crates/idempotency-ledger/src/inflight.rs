@@ -156,6 +156,11 @@ impl InFlight {
         }
     }
 
+    /// Whether a request of this process holds `(user, key)` now.
+    pub fn is_held(&self, user: &str, key: &str) -> bool {
+        self.lock().contains_key(&(user.to_owned(), key.to_owned()))
+    }
+
     /// Requests holding a key now.
     pub fn holders(&self) -> usize {
         self.lock().len()

@@ -249,10 +249,12 @@ impl Ledger {
     /// In order, each step holding only what it needs:
     ///
     /// 1. **wait for the key**: a request whose key another request of this
-    ///    process holds waits for it holding nothing (no thread, no
-    ///    connection, no write slot), at most [`Settings::wait`]; a key
-    ///    with [`Settings::waiters_per_key`] waiters already is answered
-    ///    [`Outcome::InProgress`] at once;
+    ///    process holds reads the key's entry first, and a recorded one
+    ///    answers at once (retries of a recorded key never wait for one
+    ///    another); otherwise it waits for the key holding nothing (no
+    ///    thread, no connection, no write slot), at most [`Settings::wait`];
+    ///    a key with [`Settings::waiters_per_key`] waiters already is
+    ///    answered [`Outcome::InProgress`] at once;
     /// 2. **read**: a completed entry for `(key, user)` answers at once —
     ///    replayed when the fingerprint matches, refused when it does not.
     ///    A read: no write slot, no write connection;
@@ -280,7 +282,7 @@ impl Ledger {
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.run(request, None, mutation).await
+        self.run(request, move || (None, mutation)).await
     }
 
     /// [`Ledger::execute`] for a mutation whose whole change is inserting
@@ -303,18 +305,42 @@ impl Ledger {
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
-        let row = Arc::new(row);
-        let fast = OneStatement {
-            row: Arc::clone(&row) as Arc<dyn RecordedInsert>,
-            response: created.clone(),
+        self.execute_insert_with(request, move || (row, created), found)
+            .await
+    }
+
+    /// [`Ledger::execute_insert`] with the row and its answer made by
+    /// `make` only once the read found no entry for the key: a replay or a
+    /// refusal never builds what it will not write (a new id, the answer's
+    /// body).
+    pub async fn execute_insert_with<R, E, F, M>(
+        &self,
+        request: LedgerRequest<'_>,
+        make: M,
+        found: F,
+    ) -> Result<Outcome, LedgerError<E>>
+    where
+        R: Row,
+        M: FnOnce() -> (R, RecordedResponse) + Send,
+        F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
+        E: Send + 'static,
+    {
+        let build = move || {
+            let (row, created) = make();
+            let row = Arc::new(row);
+            let fast = OneStatement {
+                row: Arc::clone(&row) as Arc<dyn RecordedInsert>,
+                response: created.clone(),
+            };
+            let mutation = move |tx: &mut LedgerTx<'_, '_>| -> Result<Completion, InsertError<E>> {
+                if tx.insert(&*row).map_err(InsertError::Database)? {
+                    return Ok(Completion::Record(created));
+                }
+                found(tx).map_err(InsertError::Found)
+            };
+            (Some(fast), mutation)
         };
-        let mutation = move |tx: &mut LedgerTx<'_, '_>| -> Result<Completion, InsertError<E>> {
-            if tx.insert(&*row).map_err(InsertError::Database)? {
-                return Ok(Completion::Record(created));
-            }
-            found(tx).map_err(InsertError::Found)
-        };
-        match self.run(request, Some(fast), mutation).await {
+        match self.run(request, build).await {
             Ok(outcome) => Ok(outcome),
             Err(LedgerError::Operation(InsertError::Found(e))) => Err(LedgerError::Operation(e)),
             Err(LedgerError::Operation(InsertError::Database(e))) => Err(database_error(e)),
@@ -322,19 +348,33 @@ impl Ledger {
         }
     }
 
-    async fn run<E, F>(
+    /// `build` makes the mutation (and, for an insert, its one statement)
+    /// once the first read found no entry: never for a replay or a refusal.
+    async fn run<E, F, B>(
         &self,
         request: LedgerRequest<'_>,
-        mut fast: Option<OneStatement>,
-        mutation: F,
+        build: B,
     ) -> Result<Outcome, LedgerError<E>>
     where
+        B: FnOnce() -> (Option<OneStatement>, F) + Send,
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
         let inner = &*self.inner;
         let settings = &inner.settings;
         let deadline = Instant::now() + settings.wait;
+        // A key another request of this process holds now: an entry it has
+        // already answers at once (a recorded entry never changes), so the
+        // retries of a recorded key never queue behind one another, nor
+        // count against the key's waiters. Only a key with no entry yet
+        // waits for its holder.
+        if inner
+            .in_flight
+            .is_held(request.user_id, request.key.as_str())
+            && let Some(outcome) = self.read(request).await?
+        {
+            return Ok(outcome);
+        }
         let _running = match inner
             .in_flight
             .enter(
@@ -350,7 +390,9 @@ impl Ledger {
         };
         #[cfg(feature = "fault-points")]
         crate::fault::pass(crate::fault::Point::AfterEnter, request.key.as_str()).await;
-        let mut mutation = mutation;
+        let mut build = Some(build);
+        let mut fast = None;
+        let mut mutation = None;
         let mut pause = POLL_FIRST;
         loop {
             if let Some(outcome) = self.read(request).await? {
@@ -359,6 +401,11 @@ impl Ledger {
             let Some(admitted) = inner.admission.try_admit() else {
                 return Err(LedgerError::Overloaded);
             };
+            if let Some(build) = build.take() {
+                let (one, built) = build();
+                fast = one;
+                mutation = Some(built);
+            }
             let connection = match &inner.write_connections {
                 Some(share) => Some(
                     share
@@ -375,11 +422,17 @@ impl Ledger {
             {
                 return Ok(outcome);
             }
-            let unit = self.unit(request, mutation);
+            // Built above on the first pass, given back by every `Busy`.
+            let Some(this_try) = mutation.take() else {
+                return Err(LedgerError::Internal(
+                    "the mutation was not given back".into(),
+                ));
+            };
+            let unit = self.unit(request, this_try);
             match inner.pool.write(unit).await? {
                 Ok(outcome) => return Ok(outcome),
                 Err(Abort::Busy(back)) => {
-                    mutation = back;
+                    mutation = Some(back);
                     let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                         return Ok(Outcome::InProgress);
                     };
