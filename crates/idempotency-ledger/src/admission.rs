@@ -125,12 +125,25 @@ mod tests {
     #[test]
     fn past_the_bound_nothing_is_admitted_until_a_slot_is_freed() {
         let admission = Admission::new(2);
+        assert_eq!(admission.bound(), 2);
         let first = admission.try_admit();
         let second = admission.try_admit();
         assert!(first.is_some() && second.is_some());
+        assert_eq!(admission.admitted(), 2);
         assert!(admission.try_admit().is_none());
+        assert_eq!(admission.admitted(), 2, "a refusal takes no slot");
         drop(first);
+        assert_eq!(admission.admitted(), 1, "a dropped slot is freed");
         assert!(admission.try_admit().is_some());
+    }
+
+    #[test]
+    fn a_bound_of_zero_still_admits_one_write() {
+        let admission = Admission::new(0);
+        assert_eq!(admission.bound(), 1);
+        let only = admission.try_admit();
+        assert!(only.is_some());
+        assert!(admission.try_admit().is_none());
     }
 
     #[tokio::test]
