@@ -363,3 +363,35 @@ impl PooledConn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_drivers_message_on_several_lines_reads_as_one_line_of_sentences() {
+        // libpq: the error, then its hint on a tab-indented line of its own.
+        let libpq = "connection to server at \"127.0.0.1\", port 5999 failed: Connection refused\n\
+                     \tIs the server running on that host and accepting TCP/IP connections?\n";
+        assert_eq!(
+            one_line(libpq),
+            "connection to server at \"127.0.0.1\", port 5999 failed: Connection refused. \
+             Is the server running on that host and accepting TCP/IP connections?"
+        );
+        // A sentence wrapped onto the next line goes on after a space, as
+        // does one after a line that ended its own sentence; blank lines
+        // and runs of spaces are dropped.
+        assert_eq!(
+            one_line(
+                "could not translate host name \"db\" to\n  address: Name or service not known\n\n"
+            ),
+            "could not translate host name \"db\" to address: Name or service not known"
+        );
+        assert_eq!(
+            one_line("FATAL:  too many connections.\nRetry later."),
+            "FATAL: too many connections. Retry later."
+        );
+        assert_eq!(one_line("one line already"), "one line already");
+        assert_eq!(one_line(""), "");
+    }
+}
