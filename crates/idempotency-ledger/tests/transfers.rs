@@ -295,6 +295,15 @@ impl TestDb {
             .collect()
     }
 
+    /// SQLite: the transactions the writer has committed (`None` on
+    /// PostgreSQL, which has no writer).
+    fn writer_batches(&self) -> Option<u64> {
+        match self.pool().backend() {
+            Backend::Sqlite => Some(self.pool().writer_stats().map_or(0, |s| s.batches)),
+            Backend::Postgres => None,
+        }
+    }
+
     /// Moves every ledger entry's expiry into the past and purges them.
     fn purge_every_entry(&self) -> usize {
         let mut pooled = self.pool().get().expect("connection");
@@ -630,7 +639,7 @@ both_backends! {
     fn the_purge_deletes_only_expired_entries_the_oldest_first_a_batch_per_transaction(backend) {
         let db = TestDb::fresh(backend);
         let ledger = db.ledger();
-        let keys = ["p-1", "p-2", "p-3", "p-4", "p-5"];
+        let keys = ["p-1", "p-2", "p-3", "p-4", "p-5", "p-6"];
         runtime().block_on(async {
             for key in keys {
                 let request = Request::new("acme", key, 100);
@@ -638,19 +647,79 @@ both_backends! {
                 assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
             }
         });
-        // Expired in the reverse of the order they were written; p-4 and p-5
-        // are still live.
+        // Expired out of the order they were written; p-6 is still live.
         db.expire("p-3", 1);
         db.expire("p-2", 2);
         db.expire("p-1", 3);
+        db.expire("p-4", 4);
+        db.expire("p-5", 5);
 
-        assert_eq!(Ledger::purge_expired(db.pool(), 2, 1).expect("purge"), 2, "one batch of two");
-        assert_eq!(db.entry_keys(), ["p-1", "p-4", "p-5"], "the two that expired first went");
-        assert_eq!(Ledger::purge_expired(db.pool(), 2, 10).expect("purge"), 1, "a short batch ends the round");
+        assert_eq!(Ledger::purge_expired(db.pool(), 2, 1).expect("purge"), 2, "one batch of two: the bound");
+        assert_eq!(db.entry_keys(), ["p-1", "p-4", "p-5", "p-6"], "the two that expired first went");
+        let batches = db.writer_batches();
+        assert_eq!(
+            Ledger::purge_expired(db.pool(), 2, 10).expect("purge"),
+            3,
+            "batches go on while they are full"
+        );
+        if let Some(before) = batches {
+            assert_eq!(
+                db.writer_batches(),
+                Some(before + 2),
+                "a batch of two, then a short one that ends the round"
+            );
+        }
         assert_eq!(Ledger::purge_expired(db.pool(), 2, 10).expect("purge"), 0);
-        assert_eq!(db.entry_keys(), ["p-4", "p-5"], "live entries stay");
-        assert_eq!(db.count("transfers"), 5, "the purge removes entries, never the effects");
+        assert_eq!(db.entry_keys(), ["p-6"], "live entries stay");
+        assert_eq!(db.count("transfers"), 6, "the purge removes entries, never the effects");
     }
+
+    fn a_request_holds_its_key_in_this_process_from_its_start_until_its_answer(backend) {
+        let db = TestDb::fresh(backend);
+        db.open_account("acme", 1_000);
+        let ledger = db.ledger();
+        assert_eq!(ledger.keys_in_flight(), 0, "nothing is held before a request");
+        let (entered, in_unit) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let rt = runtime();
+        let task = rt.spawn({
+            let ledger = ledger.clone();
+            async move {
+                let request = Request::new("acme", "t-held", 100);
+                let debit = request.debit(&Arc::default());
+                ledger
+                    .execute(request.ledger(), move |tx| {
+                        entered.send(()).expect("the test waits for the unit");
+                        released.recv().expect("the test releases the unit");
+                        debit(tx)
+                    })
+                    .await
+            }
+        });
+        in_unit.recv().expect("the unit runs");
+        assert_eq!(ledger.keys_in_flight(), 1, "a request holds its key while its unit runs");
+        release.send(()).expect("the unit waits");
+        let done = rt.block_on(task).expect("the request's task");
+        assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
+        assert_eq!(ledger.keys_in_flight(), 0, "an answered request holds nothing");
+    }
+}
+
+/// Logs and metrics label each answer with these words (the server's
+/// `idempotency_outcomes_total{outcome=…}`): renaming one splits a series.
+#[test]
+fn each_outcome_has_the_stable_label_that_logs_and_metrics_use() {
+    let answer = Request::new("acme", "t-label", 1).answer();
+    let labels = [
+        Outcome::Executed(answer.clone()).label(),
+        Outcome::Replayed(answer).label(),
+        Outcome::KeyReused.label(),
+        Outcome::InProgress.label(),
+    ];
+    assert_eq!(
+        labels,
+        ["executed", "replayed", "key_reused", "in_progress"]
+    );
 }
 
 /// What every PostgreSQL statement of a unit may wait for a lock, read from
