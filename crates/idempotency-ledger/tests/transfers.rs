@@ -834,6 +834,50 @@ fn a_units_lock_wait_is_bounded_by_its_own_transaction_whatever_its_session_says
     );
 }
 
+/// A writer outside the ledger's protocol (here: a session that inserted
+/// the key's entry and has not committed) holds the row a unit must record.
+/// The unit's insert waits for it up to the lock wait, then the request is
+/// answered in progress — whether that writer commits is for a retry to
+/// find out — and the unit's change is rolled back with it.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn a_unit_whose_entry_waits_on_a_row_held_outside_the_protocol_is_answered_in_progress_and_changes_nothing()
+ {
+    let db = TestDb::fresh(Backend::Postgres);
+    db.open_account("acme", 1_000);
+    let mut outsider = PgConnection::establish(&db.url()).expect("connect");
+    outsider
+        .batch_execute(
+            "BEGIN; INSERT INTO idempotency_ledger VALUES \
+             ('outside', 'acme', 'f', 201, '[]', ''::bytea, now(), now() + interval '1 day')",
+        )
+        .expect("hold the key's entry, uncommitted");
+    let ledger = db.ledger();
+    let request = Request::new("acme", "outside", 100);
+    let held = runtime().block_on(ledger.execute(request.ledger(), request.debit(&Arc::default())));
+    outsider
+        .batch_execute("ROLLBACK")
+        .expect("let the entry go");
+
+    assert_eq!(held.ok(), Some(Outcome::InProgress));
+    assert_eq!(
+        (
+            db.balance("acme"),
+            db.count("transfers"),
+            db.count("idempotency_ledger")
+        ),
+        (1_000, 0, 0),
+        "nothing of the unit persisted"
+    );
+    let retry =
+        runtime().block_on(ledger.execute(request.ledger(), request.debit(&Arc::default())));
+    assert!(matches!(retry, Ok(Outcome::Executed(_))), "{retry:?}");
+    assert_eq!(db.balance("acme"), 900);
+}
+
 /// A purge batch holds nothing a live request waits for: while one is
 /// deleting (its transaction open), a replay of a key whose entry it is
 /// deleting and a new request both answer — the replay from the entry as
