@@ -751,3 +751,25 @@ fn database_error<E>(e: DieselError) -> LedgerError<E> {
         Failure::Internal => LedgerError::Database(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statement that waits for a lock gives up before the lease's
+    /// `statement_timeout` would cut it, whatever the lease: the duplicate
+    /// is answered "in progress", never `503`.
+    #[test]
+    fn the_lock_wait_is_below_the_lease_and_at_most_its_own_bound() {
+        for millis in [4, 100, 1_000, 2_000, 3_999, 4_000, 30_000, 600_000] {
+            let lease = Duration::from_millis(millis);
+            let wait = pg_lock_wait(lease);
+            assert!(wait < lease, "{wait:?} for a lease of {lease:?}");
+            assert!(wait <= PG_LOCK_WAIT, "{wait:?} for a lease of {lease:?}");
+            assert!(
+                wait >= (lease / 2).min(PG_LOCK_WAIT),
+                "{wait:?} for a lease of {lease:?}"
+            );
+        }
+    }
+}
