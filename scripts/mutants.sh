@@ -48,8 +48,10 @@ if [ $# -gt 0 ]; then
     esac
   done
 fi
-# The integration tests that cover the request path.
+# The integration tests that cover the request path; the route also reads
+# and refuses request bodies before the ledger sees them.
 api_tests=(idempotency race lease seams bounds group_commit row_paths crash writer_bounds)
+route_tests=("${api_tests[@]}" bodies problems orders)
 out=${MUTANTS_OUT:-target/mutants}
 timeout=${MUTANT_TIMEOUT:-900}
 mkdir -p "$out/ledger" "$out/route"
@@ -76,7 +78,7 @@ if [ ${#route_files[@]} -gt 0 ]; then
   mapfile -d '' files < <(as_args --file "${route_files[@]}")
   echo "== the route's mutants against the server's tests of the request path"
   cargo mutants "${common[@]}" --timeout "$timeout" -p orders-api "${files[@]}" \
-    --output "$out/route" -- --test api -- "${api_tests[@]}" || true
+    --output "$out/route" -- --test api -- "${route_tests[@]}" || true
 fi
 
 for round in "$out"/ledger "$out"/route; do
