@@ -679,9 +679,11 @@ both_backends! {
         db.open_account("acme", 1_000);
         let ledger = db.ledger();
         assert_eq!(ledger.keys_in_flight(), 0, "nothing is held before a request");
+        // Made before the channels, so dropped after them: a failed
+        // assertion lets the unit go before the runtime waits for it.
+        let rt = runtime();
         let (entered, in_unit) = std::sync::mpsc::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
-        let rt = runtime();
         let task = rt.spawn({
             let ledger = ledger.clone();
             async move {
