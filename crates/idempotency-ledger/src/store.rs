@@ -334,3 +334,32 @@ fn purge_batch_pg(c: &mut PgConnection, now: DateTime<Utc>, limit: i64) -> Query
 pub fn count(conn: &mut Conn<'_>) -> QueryResult<i64> {
     dispatch!(conn, c, s => s::idempotency_ledger::table.count().get_result(c))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each `(key, user)` has its own advisory lock: a unit never waits for
+    /// another key's, nor for the same key of another user.
+    #[test]
+    fn each_key_of_each_user_has_its_own_lock_and_keeps_it() {
+        let ids = [
+            lock_id("k-1", "alice"),
+            lock_id("k-2", "alice"),
+            lock_id("k-1", "bob"),
+            // Not the same bytes run together: the two parts are kept apart.
+            lock_id("1", "alicek-"),
+            lock_id("alicek-1", ""),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            for b in &ids[i + 1..] {
+                assert_ne!(a, b, "{ids:?}");
+            }
+        }
+        assert_eq!(
+            lock_id("k-1", "alice"),
+            ids[0],
+            "the same key, the same lock"
+        );
+    }
+}
