@@ -39,12 +39,17 @@
 //!     }
 //! }
 //! ```
+//!
+//! (`diesel::QueryResult<()>` there is the same type as the
+//! `Result<(), DieselError>` this module spells out so that mutation testing
+//! can replace what its functions return: `docs/MUTANTS.md`.)
 
 use chrono::{DateTime, Utc};
 use diesel::backend::Backend;
 use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Integer, Text, Timestamptz};
 use diesel::sqlite::Sqlite;
 
@@ -53,7 +58,7 @@ use crate::db::timestamp_text;
 /// How a value is bound on one backend.
 pub trait Bind<DB: Backend> {
     /// Pushes the value as one bind parameter.
-    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>;
+    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> Result<(), DieselError>;
 }
 
 /// A value both backends can store: what a [`Row`]'s columns hold.
@@ -65,7 +70,11 @@ impl<T: Bind<Sqlite> + Bind<Pg> + ?Sized> Column for T {}
 /// values for the bind parameters.
 pub trait Columns<'b> {
     /// One column: its name and its value.
-    fn column<C: Column + ?Sized>(&mut self, name: &'static str, value: &'b C) -> QueryResult<()>;
+    fn column<C: Column + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &'b C,
+    ) -> Result<(), DieselError>;
 }
 
 /// A row described once: table, unique constraint and columns.
@@ -76,18 +85,18 @@ pub trait Row: Send + Sync + 'static {
     /// exists already (`ON CONFLICT (…) DO NOTHING`).
     const UNIQUE: &'static [&'static str];
     /// Each column's name and value, in one order.
-    fn columns<'b, C: Columns<'b>>(&'b self, columns: &mut C) -> QueryResult<()>;
+    fn columns<'b, C: Columns<'b>>(&'b self, columns: &mut C) -> Result<(), DieselError>;
 }
 
 macro_rules! bind_as {
     ($rust:ty, $sqlite:ty, $pg:ty) => {
         impl Bind<Sqlite> for $rust {
-            fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
                 out.push_bind_param::<$sqlite, $rust>(self)
             }
         }
         impl Bind<Pg> for $rust {
-            fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
                 out.push_bind_param::<$pg, $rust>(self)
             }
         }
@@ -126,13 +135,13 @@ impl Timestamp {
 }
 
 impl Bind<Sqlite> for Timestamp {
-    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
         out.push_bind_param::<Text, String>(&self.sqlite)
     }
 }
 
 impl Bind<Pg> for Timestamp {
-    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+    fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         out.push_bind_param::<Timestamptz, DateTime<Utc>>(&self.at)
     }
 }
@@ -144,7 +153,11 @@ pub(crate) struct Names<'x, 'a, 'b, DB: Backend> {
 }
 
 impl<'b, DB: Backend> Columns<'b> for Names<'_, '_, 'b, DB> {
-    fn column<C: Column + ?Sized>(&mut self, name: &'static str, _: &'b C) -> QueryResult<()> {
+    fn column<C: Column + ?Sized>(
+        &mut self,
+        name: &'static str,
+        _: &'b C,
+    ) -> Result<(), DieselError> {
         if !std::mem::take(&mut self.first) {
             self.out.push_sql(", ");
         }
@@ -165,7 +178,7 @@ macro_rules! values_for {
                 &mut self,
                 _: &'static str,
                 value: &'b C,
-            ) -> QueryResult<()> {
+            ) -> Result<(), DieselError> {
                 if !std::mem::take(&mut self.first) {
                     self.out.push_sql(", ");
                 }
@@ -193,7 +206,7 @@ pub(crate) fn walk_insert<'b, R, DB>(
     row: &'b R,
     source: Source,
     out: &mut AstPass<'_, 'b, DB>,
-) -> QueryResult<()>
+) -> Result<(), DieselError>
 where
     R: Row,
     DB: Backend,
@@ -227,7 +240,7 @@ where
 /// Writes ` ON CONFLICT (unique columns) DO NOTHING`.
 pub(crate) fn walk_on_conflict_do_nothing<R: Row, DB: Backend>(
     out: &mut AstPass<'_, '_, DB>,
-) -> QueryResult<()> {
+) -> Result<(), DieselError> {
     out.push_sql(" ON CONFLICT (");
     for (i, column) in R::UNIQUE.iter().enumerate() {
         if i > 0 {
@@ -250,14 +263,14 @@ impl<R: Row> QueryId for Insert<'_, R> {
 }
 
 impl<R: Row> QueryFragment<Sqlite> for Insert<'_, R> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
         walk_insert(self.0, Source::Values, &mut out)?;
         walk_on_conflict_do_nothing::<R, _>(&mut out)
     }
 }
 
 impl<R: Row> QueryFragment<Pg> for Insert<'_, R> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         walk_insert(self.0, Source::Values, &mut out)?;
         walk_on_conflict_do_nothing::<R, _>(&mut out)
     }
@@ -268,7 +281,7 @@ impl<R: Row> RunQueryDsl<PgConnection> for Insert<'_, R> {}
 
 /// Inserts `row` unless its unique constraint holds one already: `true`
 /// when it was written.
-pub fn insert<R: Row>(conn: &mut crate::db::Conn<'_>, row: &R) -> QueryResult<bool> {
+pub fn insert<R: Row>(conn: &mut crate::db::Conn<'_>, row: &R) -> Result<bool, DieselError> {
     let written = match conn {
         crate::db::Conn::Sqlite(c) => Insert(row).execute(*c)?,
         crate::db::Conn::Postgres(c) => Insert(row).execute(*c)?,

@@ -1,10 +1,15 @@
 //! The `idempotency_ledger` table. Every function takes a connection, so it
 //! runs inside the caller's transaction when there is one.
+//!
+//! Results are written `Result<T, DieselError>`, diesel's `QueryResult<T>`
+//! spelled out, so that mutation testing can replace what each function
+//! returns (`docs/MUTANTS.md`).
 
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Timestamptz, TimestamptzSqlite};
 
 use crate::db::{Conn, PG_LOCK_WAIT};
@@ -43,7 +48,7 @@ pub struct Entry {
 type Stored = (String, i32, String, Vec<u8>);
 
 /// The key's entry, if it has one.
-pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<Option<Entry>> {
+pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> Result<Option<Entry>, DieselError> {
     // `get_result`, never `first`: `first` binds `LIMIT ?`, and the bundled
     // SQLite (built with `SQLITE_ENABLE_STAT4`) recompiles a cached
     // statement whose plan read a bound integer each time it is bound again.
@@ -100,7 +105,7 @@ impl Row for NewEntry {
     const TABLE: &'static str = "idempotency_ledger";
     const UNIQUE: &'static [&'static str] = &["idempotency_key", "user_id"];
 
-    fn columns<'b, C: Columns<'b>>(&'b self, c: &mut C) -> QueryResult<()> {
+    fn columns<'b, C: Columns<'b>>(&'b self, c: &mut C) -> Result<(), DieselError> {
         c.column("idempotency_key", self.key.as_str())?;
         c.column("user_id", self.user_id.as_str())?;
         c.column("request_fingerprint", self.fingerprint.as_str())?;
@@ -115,7 +120,7 @@ impl Row for NewEntry {
 /// Writes the key's entry with its response, `INSERT … ON CONFLICT DO
 /// NOTHING`: `true` when this call wrote it, `false` when the key already
 /// has an entry.
-pub(crate) fn record(conn: &mut Conn<'_>, entry: &NewEntry) -> QueryResult<bool> {
+pub(crate) fn record(conn: &mut Conn<'_>, entry: &NewEntry) -> Result<bool, DieselError> {
     row::insert(conn, entry)
 }
 
@@ -168,7 +173,7 @@ impl<R: Row> QueryId for RecordedInsert<'_, R> {
 }
 
 impl<R: Row> QueryFragment<Pg> for RecordedInsert<'_, R> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         out.push_sql("WITH ");
         out.push_sql(HELD);
         out.push_sql(" AS MATERIALIZED (SELECT 1 WHERE pg_try_advisory_xact_lock(");
@@ -195,7 +200,7 @@ pub(crate) fn insert_recorded<R: Row>(
     conn: &mut PgConnection,
     change: &R,
     entry: &NewEntry,
-) -> QueryResult<bool> {
+) -> Result<bool, DieselError> {
     let statement = RecordedInsert {
         lock: lock_id(&entry.key, &entry.user_id),
         change,
@@ -225,7 +230,7 @@ fn lock_id(key: &str, user_id: &str) -> i64 {
 /// meanwhile). On PostgreSQL a transaction-scoped advisory lock, across
 /// processes. On SQLite nothing to do: the writer (and `BEGIN IMMEDIATE`
 /// across processes) runs one unit at a time.
-pub(crate) fn lock_key(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryResult<bool> {
+pub(crate) fn lock_key(conn: &mut Conn<'_>, key: &str, user_id: &str) -> Result<bool, DieselError> {
     match conn {
         Conn::Sqlite(_) => Ok(true),
         Conn::Postgres(c) => {
@@ -244,7 +249,10 @@ pub(crate) fn lock_key(conn: &mut Conn<'_>, key: &str, user_id: &str) -> QueryRe
 /// `citus.propagate_set_commands = 'local'`, which every session of the
 /// pool sets where Citus is loaded). Call it first in a transaction. SQLite: nothing to bound
 /// (the writer runs one unit at a time).
-pub(crate) fn bound_lock_waits(conn: &mut Conn<'_>, wait: std::time::Duration) -> QueryResult<()> {
+pub(crate) fn bound_lock_waits(
+    conn: &mut Conn<'_>,
+    wait: std::time::Duration,
+) -> Result<(), DieselError> {
     use diesel::connection::SimpleConnection;
     match conn {
         Conn::Sqlite(_) => Ok(()),
@@ -261,7 +269,11 @@ pub(crate) fn bound_lock_waits(conn: &mut Conn<'_>, wait: std::time::Duration) -
 /// transaction's lock waits first.
 ///
 /// [`Ledger::purge_expired`]: crate::Ledger::purge_expired
-pub fn purge_batch(conn: &mut Conn<'_>, now: DateTime<Utc>, limit: i64) -> QueryResult<usize> {
+pub fn purge_batch(
+    conn: &mut Conn<'_>,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, DieselError> {
     match conn {
         Conn::Sqlite(c) => purge_batch_sqlite(c, now, limit),
         Conn::Postgres(c) => purge_batch_pg(c, now, limit),
@@ -274,7 +286,7 @@ fn purge_batch_sqlite(
     c: &mut SqliteConnection,
     now: DateTime<Utc>,
     limit: i64,
-) -> QueryResult<usize> {
+) -> Result<usize, DieselError> {
     diesel::sql_query(
         "DELETE FROM idempotency_ledger WHERE rowid IN \
          (SELECT rowid FROM idempotency_ledger WHERE expires_at < ? ORDER BY expires_at LIMIT ?)",
@@ -318,7 +330,11 @@ pub const PURGE_POSTGRES: &str = "DELETE FROM idempotency_ledger \
 /// batch is one short transaction) and then deletes what is left. A live
 /// write never waits on a purge: an expired entry still answers its key's
 /// read, so nothing writes a key whose entry is being purged.
-fn purge_batch_pg(c: &mut PgConnection, now: DateTime<Utc>, limit: i64) -> QueryResult<usize> {
+fn purge_batch_pg(
+    c: &mut PgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, DieselError> {
     use diesel::connection::SimpleConnection;
     c.batch_execute(&format!(
         "SET LOCAL lock_timeout = {}; SET LOCAL plan_cache_mode = force_custom_plan",
@@ -331,7 +347,7 @@ fn purge_batch_pg(c: &mut PgConnection, now: DateTime<Utc>, limit: i64) -> Query
 }
 
 /// How many entries the ledger holds.
-pub fn count(conn: &mut Conn<'_>) -> QueryResult<i64> {
+pub fn count(conn: &mut Conn<'_>) -> Result<i64, DieselError> {
     dispatch!(conn, c, s => s::idempotency_ledger::table.count().get_result(c))
 }
 
