@@ -119,7 +119,7 @@ impl<'c> LedgerTx<'_, 'c> {
 
     /// Inserts `row` unless its unique constraint holds one already
     /// (`INSERT … ON CONFLICT DO NOTHING`): `true` when it was written.
-    pub fn insert<R: Row>(&mut self, row: &R) -> diesel::QueryResult<bool> {
+    pub fn insert<R: Row>(&mut self, row: &R) -> Result<bool, DieselError> {
         row::insert(self.conn, row)
     }
 }
@@ -700,7 +700,7 @@ trait RecordedInsert: Send + Sync {
         &self,
         conn: &mut diesel::PgConnection,
         entry: &NewEntry,
-    ) -> diesel::QueryResult<bool>;
+    ) -> Result<bool, DieselError>;
 }
 
 impl<R: Row> RecordedInsert for R {
@@ -708,7 +708,7 @@ impl<R: Row> RecordedInsert for R {
         &self,
         conn: &mut diesel::PgConnection,
         entry: &NewEntry,
-    ) -> diesel::QueryResult<bool> {
+    ) -> Result<bool, DieselError> {
         store::insert_recorded(conn, self, entry)
     }
 }

@@ -883,7 +883,7 @@ macro_rules! fixed_statement {
         }
 
         impl QueryFragment<Sqlite> for $name {
-            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
                 out.push_sql($sql);
                 Ok(())
             }
@@ -949,7 +949,7 @@ fn run_batch(
 }
 
 #[cfg_attr(not(feature = "fault-points"), allow(unused_variables))]
-fn commit(conn: &mut SqliteConnection, shared: &Shared) -> QueryResult<()> {
+fn commit(conn: &mut SqliteConnection, shared: &Shared) -> Result<(), DieselError> {
     #[cfg(feature = "fault-points")]
     if crate::fault::pass_blocking(crate::fault::Point::BeforeCommit, &shared.file).is_err() {
         return Err(DieselError::RollbackTransaction);
