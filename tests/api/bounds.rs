@@ -46,6 +46,7 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
     let body = order_body("Widget", 1, "1");
     let answered = AtomicUsize::new(0);
 
+    let shed_before = writes_shed(&app);
     let held = HeldWriter::hold(&app.pool);
     let responses: Vec<(String, TestResponse)> = std::thread::scope(|s| {
         let posts: Vec<_> = (0..bound + excess)
@@ -91,6 +92,10 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
         .map(|(key, _)| key)
         .collect();
     assert_eq!(shed.len(), excess);
+    // The process's counter, shared with every test running beside this one:
+    // it rose by at least this test's sheds.
+    let counted = writes_shed(&app) - shed_before;
+    assert!(counted >= excess as f64, "{counted} shed writes counted");
     for (_, response) in &responses {
         match response.status {
             201 => {}
@@ -111,6 +116,17 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
             i64::try_from(bound + excess).unwrap()
         )
     );
+}
+
+/// `orders_api_writes_shed_total` on the app's `/metrics` (0 before the first).
+fn writes_shed(app: &TestApp) -> f64 {
+    let metrics = app.request("GET", "/metrics", &[], None).body.clone();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("orders_api_writes_shed_total "))
+        .map_or(0.0, |value| {
+            value.trim().parse().expect("a counter's value")
+        })
 }
 
 /// The next create's transaction, held in the database until released:
