@@ -21,7 +21,8 @@
 # MUTANTS_IN_PLACE=1 mutates this tree instead (each file is restored after
 # its mutants; edit nothing meanwhile), which reuses CARGO_TARGET_DIR's
 # build of it. MUTANTS_RESUME=1 goes on from an interrupted run (what it
-# caught already is skipped).
+# caught already is skipped). MUTANTS_RE=REGEX tests only the mutants whose
+# name matches (cargo-mutants' --re), e.g. 'in commit|replace commit'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,7 @@ out=${MUTANTS_OUT:-target/mutants}
 timeout=${MUTANT_TIMEOUT:-900}
 mkdir -p "$out/ledger" "$out/route"
 common=(--baseline skip --colors never)
+[ -n "${MUTANTS_RE:-}" ] && common+=(--re "$MUTANTS_RE")
 if [ "${MUTANTS_IN_PLACE:-0}" = 1 ]; then
   common+=(--in-place)
 else
