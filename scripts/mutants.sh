@@ -79,7 +79,7 @@ fi
 if [ ${#route_files[@]} -gt 0 ]; then
   mapfile -d '' files < <(as_args --file "${route_files[@]}")
   echo "== the route's mutants against the server's tests of the request path"
-  cargo mutants "${common[@]}" --timeout "$timeout" -p orders-api "${files[@]}" \
+  cargo mutants "${common[@]}" --timeout "$timeout" -p orders-api "${files[@]}" ${MUTANTS_RESUME:+--iterate} \
     --output "$out/route" -- --test api -- "${route_tests[@]}" || true
 fi
 
