@@ -210,9 +210,12 @@ pub(crate) fn insert_recorded<R: Row>(
     Ok(written > 0)
 }
 
-/// The advisory-lock id of `(key, user_id)`: 64 bits of a SHA-256, so two
-/// keys share a lock only by a chance of one in 2^64 (and then merely wait).
-fn lock_id(key: &str, user_id: &str) -> i64 {
+/// The advisory-lock id of `(key, user_id)` on PostgreSQL, which a unit of
+/// writing holds for its transaction: 64 bits of a SHA-256, so two keys
+/// share a lock only by a chance of one in 2^64 (and then merely wait).
+/// Public so that an operator or a test can see, or take, a key's lock
+/// (`pg_locks`, `pg_advisory_lock`).
+pub fn lock_id(key: &str, user_id: &str) -> i64 {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new()
         .chain_update(user_id.as_bytes())

@@ -880,6 +880,68 @@ fn a_unit_whose_entry_waits_on_a_row_held_outside_the_protocol_is_answered_in_pr
     assert_eq!(db.balance("acme"), 900);
 }
 
+/// Another process's unit holds the key's advisory lock (here: a session
+/// that took it). A request of this process never writes beside it — on
+/// the general way and on the one-statement create alike it gives the key
+/// back, looks again, and is answered in progress at its wait bound — and
+/// runs once the lock is free.
+#[test]
+#[cfg_attr(
+    postgres_tests_ignored,
+    ignore = "set TEST_DATABASE_URL to run the PostgreSQL tests"
+)]
+fn a_key_whose_lock_another_session_holds_is_not_written_until_the_lock_is_free() {
+    let db = TestDb::fresh(Backend::Postgres);
+    db.open_account("acme", 1_000);
+    let lock = idempotency_ledger::store::lock_id("t-locked", "acme");
+    let mut other = PgConnection::establish(&db.url()).expect("connect");
+    let advisory = |conn: &mut PgConnection, call: &str| {
+        diesel::sql_query(format!("SELECT {call}($1)"))
+            .bind::<BigInt, _>(lock)
+            .execute(conn)
+            .expect("the advisory lock call");
+    };
+    advisory(&mut other, "pg_advisory_lock");
+    let ledger = Ledger::new(
+        db.pool().clone(),
+        Settings {
+            retention: Duration::from_secs(86_400),
+            lease: LEASE,
+            wait: Duration::from_secs(1),
+            waiters_per_key: 4,
+            write_admission: 4,
+            connection_timeout: Duration::from_secs(10),
+        },
+    );
+    let request = Request::new("acme", "t-locked", 100);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let rt = runtime();
+
+    let general = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+    let one_statement = rt.block_on(ledger.execute_insert(
+        request.ledger(),
+        request.row(),
+        request.answer(),
+        request.found(),
+    ));
+    assert_eq!(general.ok(), Some(Outcome::InProgress));
+    assert_eq!(one_statement.ok(), Some(Outcome::InProgress));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the mutation never ran");
+    assert_eq!(
+        (
+            db.balance("acme"),
+            db.count("transfers"),
+            db.count("idempotency_ledger")
+        ),
+        (1_000, 0, 0)
+    );
+
+    advisory(&mut other, "pg_advisory_unlock");
+    let retry = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+    assert!(matches!(retry, Ok(Outcome::Executed(_))), "{retry:?}");
+    assert_eq!(db.balance("acme"), 900);
+}
+
 /// A purge batch holds nothing a live request waits for: while one is
 /// deleting (its transaction open), a replay of a key whose entry it is
 /// deleting and a new request both answer — the replay from the entry as
