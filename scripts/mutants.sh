@@ -51,7 +51,7 @@ if [ $# -gt 0 ]; then
 fi
 # The integration tests that cover the request path; the route also reads
 # and refuses request bodies before the ledger sees them.
-api_tests=(idempotency race lease seams bounds group_commit row_paths crash writer_bounds)
+api_tests=(idempotency race lease seams bounds group_commit row_paths crash writer_bounds statements)
 route_tests=("${api_tests[@]}" bodies problems orders)
 out=${MUTANTS_OUT:-target/mutants}
 timeout=${MUTANT_TIMEOUT:-900}

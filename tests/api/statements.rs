@@ -428,6 +428,39 @@ crate::postgres_only! {
     }
 }
 
+crate::postgres_only! {
+    /// A fresh key's create is its ledger read and the one statement that
+    /// takes the key's lock and writes the order and its entry, committed as
+    /// it ends: no transaction of its own (PERFORMANCE.md, "Round trips of
+    /// a fresh-key create"). A PATCH, a unit of writing, shows that the log
+    /// sees a transaction when there is one.
+    fn a_fresh_keys_create_opens_no_transaction_and_a_patch_does() {
+        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+        let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
+        let relayed = through(&db.url, log.front.port);
+        let app = TestApp::spawn_on(db, |s| {
+            s.database_url = relayed;
+            s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
+        });
+        // The token is looked up once, and remembered.
+        assert_eq!(app.call("GET", "/v1/orders", None, None).status, 200);
+        let _ = log.take();
+        let begins = |sent: &[String]| sent.iter().filter(|s| normalized(s).starts_with("begin")).count();
+
+        let created = app.post_order(Some("fresh"), &order_body("Widget", 2, "9.99"));
+        assert_eq!(created.status, 201, "{}", created.body);
+        let sent = log.take();
+        assert_eq!(begins(&sent), 0, "{sent:#?}");
+
+        let path = format!("/v1/orders/{}", id_of(&created));
+        let patched = app.call("PATCH", &path, Some("patch"), Some(r#"{"quantity":5}"#));
+        assert_eq!(patched.status, 200, "{}", patched.body);
+        let sent = log.take();
+        assert_eq!(begins(&sent), 1, "{sent:#?}");
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 2));
+    }
+}
+
 #[test]
 fn the_statement_reader_finds_the_user_condition_only_where_it_is_required() {
     let routed = |sql: &str| routing(&normalized(sql));
