@@ -241,6 +241,43 @@ mod tests {
         assert!(waiter.await.unwrap_or(false));
     }
 
+    /// A waiter sleeps until its holder is over, its holder's lease ends or
+    /// its own deadline passes; it never re-checks the key in a loop. On
+    /// tokio's paused clock time moves only while every task sleeps, so a
+    /// waiter that looped would hold the clock still and never reach its
+    /// deadline: the test would wait for it in vain (the real-time bound
+    /// below only ends that wait).
+    #[test]
+    fn a_waiter_sleeps_until_its_deadline_and_never_spins() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("a runtime");
+            let outcome = rt.block_on(async {
+                let in_flight = Arc::new(InFlight::new(8));
+                let holder = in_flight
+                    .enter("alice", "k", Instant::now() + LEASE, LEASE)
+                    .await;
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let waited = in_flight.enter("alice", "k", deadline, LEASE).await;
+                let outcome = (
+                    matches!(waited, Entered::GaveUp),
+                    Instant::now() >= deadline,
+                );
+                drop(holder);
+                outcome
+            });
+            let _ = done.send(outcome);
+        });
+        let outcome = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the waiter reached its deadline on the paused clock");
+        assert_eq!(outcome, (true, true), "(gave up, at its deadline)");
+    }
+
     #[tokio::test]
     async fn a_waiter_takes_the_key_over_when_the_holder_outlives_its_lease() {
         let in_flight = Arc::new(InFlight::new(8));
