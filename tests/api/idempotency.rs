@@ -17,7 +17,52 @@ fn post_with_headers(app: &TestApp, extra: &[(&str, &str)], body: &str) -> TestR
     app.request("POST", "/v1/orders", &headers, Some(body))
 }
 
+/// Runs `sql` on the test's database, outside the server.
+fn outside(app: &TestApp, sqlite: &str, postgres: &str) {
+    use diesel::connection::SimpleConnection;
+    let mut pooled = app.pool.get().expect("a connection");
+    match pooled.conn() {
+        orders_api::db::Conn::Sqlite(c) => c.batch_execute(sqlite),
+        orders_api::db::Conn::Postgres(c) => c.batch_execute(postgres),
+    }
+    .expect("the test's own SQL");
+}
+
 both_backends! {
+    /// CONTRACT §4: a 5xx is never recorded. The change fails in the
+    /// database (a trigger refuses an update to quantity 13): the answer is
+    /// a 5xx without internals, nothing is recorded, and the same request
+    /// sent again once the database accepts it runs — it is not a replay of
+    /// the failure.
+    fn a_change_that_fails_with_a_5xx_records_nothing_and_its_retry_runs(backend) {
+        let app = TestApp::spawn(backend);
+        let created = app.post_order(Some("made"), &order_body("Widget", 1, "1"));
+        assert_eq!(created.status, 201, "{}", created.body);
+        let path = format!("/v1/orders/{}", created.json()["id"].as_str().expect("an id"));
+        outside(
+            &app,
+            "CREATE TRIGGER refuse_13 BEFORE UPDATE ON orders WHEN NEW.quantity = 13 \
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+            "CREATE FUNCTION refuse_13() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+             CREATE TRIGGER refuse_13 BEFORE UPDATE ON orders FOR EACH ROW \
+             WHEN (NEW.quantity = 13) EXECUTE FUNCTION refuse_13();",
+        );
+        let patch = Some(r#"{"quantity":13}"#);
+
+        let failed = app.call("PATCH", &path, Some("thirteen"), patch);
+        assert!(failed.status >= 500, "{} {}", failed.status, failed.body);
+        assert!(!failed.body.contains("refused by the test"), "{}", failed.body);
+        assert_eq!(app.ledger_count(), 1, "only the create's entry");
+
+        outside(&app, "DROP TRIGGER refuse_13;", "DROP TRIGGER refuse_13 ON orders;");
+        let retried = app.call("PATCH", &path, Some("thirteen"), patch);
+        assert_eq!(retried.status, 200, "{}", retried.body);
+        assert_not_replayed(&retried);
+        assert_eq!(retried.json()["quantity"], 13);
+        assert_eq!(app.ledger_count(), 2);
+    }
+
     fn a_key_sent_twice_is_refused_with_a_detail_that_says_so(backend) {
         let app = TestApp::spawn(backend);
 
