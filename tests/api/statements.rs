@@ -314,15 +314,22 @@ fn background() -> Vec<String> {
     vec![normalized(text)]
 }
 
+/// A server on a fresh PostgreSQL database reached through a
+/// [`StatementLog`], with the purge (a background task) out of the way.
+fn logged_app() -> (StatementLog, TestApp) {
+    let db = TestDb::fresh(orders_api::db::Backend::Postgres);
+    let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
+    let relayed = through(&db.url, log.front.port);
+    let app = TestApp::spawn_on(db, |s| {
+        s.database_url = relayed;
+        s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
+    });
+    (log, app)
+}
+
 crate::postgres_only! {
     fn every_statement_the_request_path_sends_to_orders_or_the_ledger_names_its_user() {
-        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
-        let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
-        let relayed = through(&db.url, log.front.port);
-        let app = TestApp::spawn_on(db, |s| {
-            s.database_url = relayed;
-            s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
-        });
+        let (log, app) = logged_app();
         let bob = app.create_token("bob");
         let body = order_body("Widget", 2, "9.99");
         let _ = log.take(); // migrations and the test's own setup
@@ -435,13 +442,7 @@ crate::postgres_only! {
     /// a fresh-key create"). A PATCH, a unit of writing, shows that the log
     /// sees a transaction when there is one.
     fn a_fresh_keys_create_opens_no_transaction_and_a_patch_does() {
-        let db = TestDb::fresh(orders_api::db::Backend::Postgres);
-        let log = StatementLog::start(db.url.as_str()[authority(&db.url)].to_owned());
-        let relayed = through(&db.url, log.front.port);
-        let app = TestApp::spawn_on(db, |s| {
-            s.database_url = relayed;
-            s.purge_interval_secs = orders_api::config::MAX_PURGE_INTERVAL_SECS;
-        });
+        let (log, app) = logged_app();
         // The token is looked up once, and remembered.
         assert_eq!(app.call("GET", "/v1/orders", None, None).status, 200);
         let _ = log.take();

@@ -186,12 +186,17 @@ impl TestDb {
     }
 
     fn ledger(&self) -> Ledger {
+        self.ledger_waiting(Duration::from_secs(10))
+    }
+
+    /// [`TestDb::ledger`] whose duplicates wait at most `wait` for a key.
+    fn ledger_waiting(&self, wait: Duration) -> Ledger {
         Ledger::new(
             self.pool().clone(),
             Settings {
                 retention: Duration::from_secs(86_400),
                 lease: LEASE,
-                wait: Duration::from_secs(10),
+                wait,
                 waiters_per_key: 64,
                 write_admission: 64,
                 connection_timeout: Duration::from_secs(10),
@@ -902,17 +907,7 @@ fn a_key_whose_lock_another_session_holds_is_not_written_until_the_lock_is_free(
             .expect("the advisory lock call");
     };
     advisory(&mut other, "pg_advisory_lock");
-    let ledger = Ledger::new(
-        db.pool().clone(),
-        Settings {
-            retention: Duration::from_secs(86_400),
-            lease: LEASE,
-            wait: Duration::from_secs(1),
-            waiters_per_key: 4,
-            write_admission: 4,
-            connection_timeout: Duration::from_secs(10),
-        },
-    );
+    let ledger = db.ledger_waiting(Duration::from_secs(1));
     let request = Request::new("acme", "t-locked", 100);
     let runs = Arc::new(AtomicUsize::new(0));
     let rt = runtime();
