@@ -36,8 +36,10 @@ pub fn assert_unavailable(response: &TestResponse) {
 /// `WRITE_ADMISSION` while the writer is held: exactly the bound is admitted
 /// (waiting in the writer's queue), every other one is answered `503` with
 /// `Retry-After` while the writer is still held, reads are answered
-/// meanwhile, and each refused key is free for a retry. Before, every
-/// create was admitted and waited.
+/// meanwhile, and each refused key is free for a retry. While every slot
+/// is taken a replay is shed too, on arrival (before its read), and
+/// replays once a slot is free. Before, every create was admitted and
+/// waited; then every shed create first read the ledger.
 #[test]
 fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_stay_free() {
     let app = TestApp::spawn(Backend::Sqlite);
@@ -46,6 +48,8 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
     let body = order_body("Widget", 1, "1");
     let answered = AtomicUsize::new(0);
 
+    let recorded = app.post_order(Some("recorded"), &body);
+    assert_eq!(recorded.status, 201, "{}", recorded.body);
     let shed_before = writes_shed(&app);
     let held = HeldWriter::hold(&app.pool);
     let responses: Vec<(String, TestResponse)> = std::thread::scope(|s| {
@@ -79,6 +83,8 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
             read.body
         );
         assert_eq!(app.request("GET", "/healthz", &[], None).status, 200);
+        let replay = app.post_order(Some("recorded"), &body);
+        assert_unavailable(&replay);
         held.release_when_queued(&app.pool, bound);
         posts
             .into_iter()
@@ -103,7 +109,10 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
             other => panic!("unexpected {other}: {}", response.body),
         }
     }
-    assert_eq!(app.order_count(), i64::try_from(bound).unwrap());
+    assert_eq!(app.order_count(), i64::try_from(bound + 1).unwrap());
+    let replay = app.post_order(Some("recorded"), &body);
+    assert_eq!(replay.status, 200, "a slot is free: {}", replay.body);
+    assert_eq!(replay.body, recorded.body);
     for key in shed {
         let retry = app.post_order(Some(key), &body);
         assert_eq!(retry.status, 201, "the refused key is free: {}", retry.body);
@@ -112,8 +121,8 @@ fn creates_beyond_the_write_admission_are_answered_503_at_once_and_their_keys_st
     assert_eq!(
         (app.order_count(), app.ledger_count()),
         (
-            i64::try_from(bound + excess).unwrap(),
-            i64::try_from(bound + excess).unwrap()
+            i64::try_from(bound + excess + 1).unwrap(),
+            i64::try_from(bound + excess + 1).unwrap()
         )
     );
 }

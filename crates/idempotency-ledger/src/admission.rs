@@ -6,7 +6,11 @@
 //! refusals — so neither a duplicate waiting for its key nor a replay ever
 //! takes a slot. Past the bound a write is refused at once
 //! ([`LedgerError::Overloaded`](crate::LedgerError::Overloaded)), before it
-//! takes a database connection or a thread, and its key is left free.
+//! takes a database connection or a thread, and its key is left free: while
+//! every slot is taken ([`Admission::is_full`]) a request is refused on
+//! arrival, before its read, so that shedding costs no thread, no
+//! connection and no wait for either — a replay included, whose retry
+//! replays once a slot is free.
 //!
 //! On PostgreSQL, where reads and writes share one pool, the admitted
 //! writes hold at most [`WriteConnections`] of it at once, one in
@@ -62,6 +66,12 @@ impl Admission {
     /// Writes admitted now.
     pub fn admitted(&self) -> usize {
         self.admitted.load(Ordering::SeqCst)
+    }
+
+    /// Whether every slot is taken now (a request arriving now would be
+    /// refused a slot).
+    pub fn is_full(&self) -> bool {
+        self.admitted() >= self.bound
     }
 
     /// A slot, or `None` at once when all are taken.
@@ -130,10 +140,12 @@ mod tests {
         let second = admission.try_admit();
         assert!(first.is_some() && second.is_some());
         assert_eq!(admission.admitted(), 2);
+        assert!(admission.is_full());
         assert!(admission.try_admit().is_none());
         assert_eq!(admission.admitted(), 2, "a refusal takes no slot");
         drop(first);
         assert_eq!(admission.admitted(), 1, "a dropped slot is freed");
+        assert!(!admission.is_full());
         assert!(admission.try_admit().is_some());
     }
 

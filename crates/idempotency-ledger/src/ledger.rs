@@ -248,6 +248,11 @@ impl Ledger {
     ///
     /// In order, each step holding only what it needs:
     ///
+    /// 0. **shed**: while every write slot of the process is taken, the
+    ///    request is answered [`LedgerError::Overloaded`] on arrival, before
+    ///    it reads or waits — a replay and a duplicate too (their retries
+    ///    are answered once a slot is free): shedding takes no thread and no
+    ///    connection, and nothing that admitted writes need;
     /// 1. **wait for the key**: a request whose key another request of this
     ///    process holds reads the key's entry first, and a recorded one
     ///    answers at once (retries of a recorded key never wait for one
@@ -363,6 +368,9 @@ impl Ledger {
         let inner = &*self.inner;
         let settings = &inner.settings;
         let deadline = Instant::now() + settings.wait;
+        if inner.admission.is_full() {
+            return Err(LedgerError::Overloaded);
+        }
         // A key another request of this process holds now: an entry it has
         // already answers at once (a recorded entry never changes), so the
         // retries of a recorded key never queue behind one another, nor

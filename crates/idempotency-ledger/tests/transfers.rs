@@ -186,22 +186,26 @@ impl TestDb {
     }
 
     fn ledger(&self) -> Ledger {
-        self.ledger_waiting(Duration::from_secs(10))
+        self.ledger_with(|_| {})
     }
 
     /// [`TestDb::ledger`] whose duplicates wait at most `wait` for a key.
     fn ledger_waiting(&self, wait: Duration) -> Ledger {
-        Ledger::new(
-            self.pool().clone(),
-            Settings {
-                retention: Duration::from_secs(86_400),
-                lease: LEASE,
-                wait,
-                waiters_per_key: 64,
-                write_admission: 64,
-                connection_timeout: Duration::from_secs(10),
-            },
-        )
+        self.ledger_with(|s| s.wait = wait)
+    }
+
+    /// [`TestDb::ledger`] with its settings changed by `change`.
+    fn ledger_with(&self, change: impl FnOnce(&mut Settings)) -> Ledger {
+        let mut settings = Settings {
+            retention: Duration::from_secs(86_400),
+            lease: LEASE,
+            wait: Duration::from_secs(10),
+            waiters_per_key: 64,
+            write_admission: 64,
+            connection_timeout: Duration::from_secs(10),
+        };
+        change(&mut settings);
+        Ledger::new(self.pool().clone(), settings)
     }
 
     fn open_account(&self, account: &str, balance: i64) {
@@ -709,6 +713,57 @@ both_backends! {
         let done = rt.block_on(task).expect("the request's task");
         assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
         assert_eq!(ledger.keys_in_flight(), 0, "an answered request holds nothing");
+    }
+
+    fn while_every_write_slot_is_taken_a_replay_a_duplicate_and_a_new_key_are_refused_on_arrival(backend) {
+        let db = TestDb::fresh(backend);
+        db.open_account("acme", 1_000);
+        let ledger = db.ledger_with(|s| s.write_admission = 1);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let rt = runtime();
+        let recorded = Request::new("acme", "t-recorded", 100);
+        let first = rt.block_on(ledger.execute(recorded.ledger(), recorded.debit(&runs)));
+        let Ok(Outcome::Executed(answer)) = first else { panic!("{first:?}") };
+
+        // The one slot, held by a unit until the test releases it.
+        let (entered, in_unit) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let held = Request::new("acme", "t-held", 100);
+        let holder = rt.spawn({
+            let (ledger, debit) = (ledger.clone(), held.debit(&runs));
+            let request = Request::new("acme", "t-held", 100);
+            async move {
+                ledger
+                    .execute(request.ledger(), move |tx| {
+                        entered.send(()).expect("the test waits for the unit");
+                        released.recv().expect("the test releases the unit");
+                        debit(tx)
+                    })
+                    .await
+            }
+        });
+        in_unit.recv().expect("the unit runs");
+        assert!(ledger.admission().is_full());
+
+        // Each is refused at once: not read (a replay), not waiting for the
+        // holder (a duplicate), not run (a new key).
+        let fresh = Request::new("acme", "t-fresh", 100);
+        for request in [&recorded, &held, &fresh] {
+            let refused = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+            assert!(matches!(refused, Err(LedgerError::Overloaded)), "{:?}: {refused:?}", request.key);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "none of them ran");
+
+        release.send(()).expect("the unit waits");
+        let done = rt.block_on(holder).expect("the holder's task");
+        assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
+        // A slot free: the replay is answered, the new key runs.
+        let replay = rt.block_on(ledger.execute(recorded.ledger(), recorded.debit(&runs)));
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(answer)));
+        let again = rt.block_on(ledger.execute(fresh.ledger(), fresh.debit(&runs)));
+        assert!(matches!(again, Ok(Outcome::Executed(_))), "{again:?}");
+        assert_eq!((db.count("transfers"), db.count("idempotency_ledger")), (3, 3));
+        assert_eq!(db.balance("acme"), 700);
     }
 }
 

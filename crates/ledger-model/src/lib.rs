@@ -7,8 +7,9 @@
 //!
 //! One user and one key, created by clients through two server processes
 //! that share one PostgreSQL database. A request runs as `Ledger::execute`
-//! does: it enters its process's in-flight registry for the key (a
-//! duplicate waits there holding nothing, up to its wait bound; past the
+//! does: while every write admission slot of its process is taken it is
+//! refused `503` on arrival (the shed); otherwise it enters its process's
+//! in-flight registry for the key (a duplicate waits there holding nothing, up to its wait bound; past the
 //! per-key waiter cap it is refused at once; a holder past its lease is
 //! waited for no longer); the holder reads the key's entry (a replay or a
 //! refusal); without one it takes a write admission slot (none free:

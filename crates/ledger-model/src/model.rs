@@ -566,12 +566,14 @@ impl LedgerModel {
             tried_statement: false,
             tx: Tx::default(),
         };
+        // Every write slot of the process taken: `503` on arrival, before
+        // the in-flight wait and the read, the key untouched (the shed).
+        if s.permits(process) >= usize::from(self.bounds.admission) {
+            self.deliver(s, id, Reply::Unavailable);
+            return;
+        }
         if self.design == Design::PermitHeldWhileWaiting {
-            // The permit is taken on arrival, before the in-flight wait.
-            if s.permits(process) >= usize::from(self.bounds.admission) {
-                self.deliver(s, id, Reply::Unavailable);
-                return;
-            }
+            // The permit is taken on arrival, and kept through the wait.
             req.permit = true;
         }
         if s.slot_open(process) {

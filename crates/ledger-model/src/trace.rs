@@ -96,7 +96,10 @@ fn step(before: &State, action: Action, after: &State) -> String {
                     }
                 ),
                 Some(_) => "holds the key in its in-flight registry".to_owned(),
-                None => "is refused at once".to_owned(),
+                None if after.replies.last() == Some(&(id, Reply::Unavailable)) => {
+                    "is refused 503 at once: every write slot there is taken".to_owned()
+                }
+                None => "is refused 409 at once: the key has its full count of waiters".to_owned(),
             };
             let abandons = match before
                 .clients

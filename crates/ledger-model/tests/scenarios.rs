@@ -288,7 +288,8 @@ fn past_the_waiter_cap_a_duplicate_is_answered_in_progress_at_once() {
 }
 
 #[test]
-fn without_a_free_admission_slot_a_write_is_answered_503_and_the_key_stays_free() {
+fn while_every_admission_slot_is_taken_a_request_is_answered_503_on_arrival_and_the_key_stays_free()
+{
     let (hung, next) = (id(0, 0), id(1, 0));
     let end = play(
         Bounds::default(),
@@ -298,6 +299,25 @@ fn without_a_free_admission_slot_a_write_is_answered_503_and_the_key_stays_free(
             Action::Read(hung),
             Action::LeaseRunsOut(hung),
             send(1, 0),
+        ],
+    );
+    assert_eq!(end.replies, [(next, Reply::Unavailable)]);
+    assert!(end.db.entry.is_none() && end.db.orders.is_empty());
+}
+
+#[test]
+fn a_waiter_that_takes_the_key_over_without_a_free_slot_is_answered_503_and_the_key_stays_free() {
+    let (hung, next) = (id(0, 0), id(1, 0));
+    let end = play(
+        Bounds::default(),
+        Body::A,
+        &[
+            send(0, 0),
+            // Arrives while the slot is free, and waits for the holder.
+            send(1, 0),
+            Action::Read(hung),
+            Action::LeaseRunsOut(hung),
+            Action::Wake(next),
             Action::Read(next),
         ],
     );
