@@ -303,6 +303,47 @@ fn a_writer_whose_connections_keep_failing_to_open_stops_the_server_with_an_erro
     assert!(why.contains("cannot open a writer connection"), "{why}");
 }
 
+/// A pool dropped while its writer's replacement cannot open a connection
+/// (every open fails, the writer has stopped writing) stops that thread
+/// too: the drop returns. The replacement looks for the stop between two
+/// tries; had it looked only for a newer replacement, the drop would wait
+/// for a thread that never ends (cargo-mutants: `||` → `&&` in `connect`).
+#[test]
+fn a_pool_dropped_while_its_writer_cannot_open_a_connection_stops_it_and_returns() {
+    let db = TestDb::fresh(Backend::Sqlite);
+    orders_api::db::run_migrations(&db.url).expect("migrations");
+    let pool = orders_api::db::connect(
+        &db.url,
+        &orders_api::db::PoolOptions {
+            max_size: 2,
+            connection_timeout: Duration::from_secs(10),
+            lease: Duration::from_secs(30),
+            write_queue: 16,
+            shown: "the test database".into(),
+        },
+    )
+    .expect("pool");
+    pool.write_blocking(|_| Ok::<_, diesel::result::Error>(()))
+        .expect("the writer")
+        .expect("the unit");
+
+    let failing = fault::failing(Point::OpenWriter, db.url.as_str());
+    kill_the_writer(&pool);
+    assert!(
+        failing.wait_reached(PATIENCE),
+        "a replacement tried to open its connection"
+    );
+    let (dropped, on_dropped) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(pool);
+        let _ = dropped.send(());
+    });
+    on_dropped
+        .recv_timeout(PATIENCE)
+        .expect("the drop returns while every open still fails");
+    drop(failing);
+}
+
 crate::postgres_only! {
     /// PostgreSQL: a unit whose thread never returns (here it waits for the
     /// test; a `COMMIT` waiting for a synchronous standby is another) has its
