@@ -155,6 +155,38 @@ fn requests_that_wait_together_share_one_commit_and_each_is_stored() {
     assert_eq!((app.order_count(), app.ledger_count()), (8, 8));
 }
 
+/// One transaction commits at most `MAX_BATCH` units: with one more than
+/// that queued behind a held writer, the first batch takes `MAX_BATCH` and
+/// the last unit commits in a batch of its own. (cargo-mutants: a batch of
+/// `MAX_BATCH + 1` passed every other test.)
+#[test]
+fn a_batch_commits_at_most_max_batch_units_and_the_next_takes_the_rest() {
+    use idempotency_ledger::db::writer::MAX_BATCH;
+    let app = TestApp::spawn(Backend::Sqlite);
+    let held = HeldWriter::hold(&app.pool);
+    let before = app.pool.writer_stats().expect("the writer runs");
+    std::thread::scope(|s| {
+        let units: Vec<_> = (0..=MAX_BATCH)
+            .map(|_| {
+                let pool = app.pool.clone();
+                s.spawn(move || pool.write_blocking(|_| Ok::<_, diesel::result::Error>(())))
+            })
+            .collect();
+        held.release_when_queued(&app.pool, MAX_BATCH + 1);
+        for unit in units {
+            let answer = unit.join().expect("caller");
+            assert!(matches!(answer, Ok(Ok(()))), "{answer:?}");
+        }
+    });
+    let after = app.pool.writer_stats().expect("the writer runs");
+    // The holder's batch, one of MAX_BATCH, one of the last unit.
+    assert_eq!(after.batches - before.batches, 3, "{before:?} → {after:?}");
+    assert_eq!(
+        after.units - before.units,
+        u64::try_from(MAX_BATCH).unwrap() + 2
+    );
+}
+
 /// One unit per key waits for the writer: the second request with the key
 /// waits outside the queue for the first (see `bounds.rs`), then replays it.
 #[test]
