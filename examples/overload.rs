@@ -11,13 +11,16 @@
 //! one the URL names. `BENCH_SECONDS` (10) is how long the overload lasts.
 //!
 //! `OVERLOAD_MODE=open` runs the open-loop case instead: creates offered at
-//! a fixed rate, `OPEN_FACTOR` (1.5) × the capacity it measures first, by
-//! `OPEN_SENDERS` (256) paced senders, each latency counted from the time
-//! its request was due (`overload::run_open`).
+//! a fixed rate, `OPEN_FACTOR` (1.5) × the capacity it measures first,
+//! over `OPEN_SENDERS` (256) connections of one paced sender thread, each
+//! latency counted from the time its request was due (`overload::run_open`,
+//! `bench/paced.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "bench/overload.rs"]
 mod overload;
+#[path = "bench/paced.rs"]
+mod paced;
 #[path = "bench/rss.rs"]
 mod rss;
 
@@ -70,7 +73,7 @@ fn main() {
     let bound = usize::try_from(DEFAULT_WRITE_ADMISSION).unwrap();
     if std::env::var("OVERLOAD_MODE").as_deref() == Ok("open") {
         // Offered at a fixed rate, 1.5 × the measured capacity (OPEN_FACTOR),
-        // by OPEN_SENDERS paced senders (256).
+        // over OPEN_SENDERS connections (256).
         let env = |name: &str, default: f64| {
             std::env::var(name)
                 .ok()

@@ -142,77 +142,6 @@ fn load(
         .collect()
 }
 
-/// Creates offered at a fixed `rate` per second for `seconds`, whatever the
-/// answers take (an open loop, paced as wrk2 paces): request `i` is due at
-/// `start + i / rate`; `workers` threads take the next due request, wait
-/// for its time and send it, and its latency counts from the time it was
-/// due, so a request sent late because every worker was busy is charged
-/// its wait. Also returns how many were sent more than 1 ms late.
-fn paced(
-    base: &str,
-    token: &str,
-    rate: f64,
-    workers: usize,
-    seconds: u64,
-    prefix: &str,
-) -> (Vec<Sample>, usize) {
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let start = Instant::now() + Duration::from_millis(100);
-    let total = (rate * seconds as f64) as u64;
-    let threads: Vec<_> = (0..workers)
-        .map(|_| {
-            let (base, token, prefix) = (base.to_owned(), token.to_owned(), prefix.to_owned());
-            let next = Arc::clone(&next);
-            std::thread::Builder::new()
-                .stack_size(256 * 1024)
-                .spawn(move || {
-                    let agent = agent();
-                    let mut samples = Vec::new();
-                    let mut late = 0;
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= total {
-                            return (samples, late);
-                        }
-                        let due = start + Duration::from_secs_f64(i as f64 / rate);
-                        let now = Instant::now();
-                        if due > now {
-                            std::thread::sleep(due - now);
-                        } else if now - due > Duration::from_millis(1) {
-                            late += 1;
-                        }
-                        let key = format!("{prefix}-{i}");
-                        let status = agent
-                            .post(&format!("{base}/v1/orders"))
-                            .header("Authorization", &format!("Bearer {token}"))
-                            .header("Idempotency-Key", &key)
-                            .header("Content-Type", "application/json")
-                            .send(BODY)
-                            .map(|mut r| {
-                                let _ = r.body_mut().read_to_vec();
-                                r.status().as_u16()
-                            })
-                            .unwrap_or(0);
-                        samples.push(Sample {
-                            status,
-                            micros: due.elapsed().as_micros() as u64,
-                            key,
-                        });
-                    }
-                })
-                .expect("start a worker")
-        })
-        .collect();
-    let mut samples = Vec::new();
-    let mut late = 0;
-    for thread in threads {
-        let (mine, my_late) = thread.join().expect("worker");
-        samples.extend(mine);
-        late += my_late;
-    }
-    (samples, late)
-}
-
 /// What the open-loop run measured.
 #[derive(Debug, Default)]
 pub struct OpenLoop {
@@ -227,8 +156,9 @@ pub struct OpenLoop {
 
 /// The open-loop overload: the unloaded p99 (4 connections), the capacity
 /// (creates per second answered to 32 connections, closed loop), then
-/// creates offered at `factor` × that capacity for `seconds` by `workers`
-/// paced senders (see [`paced`]), and the same exact count as [`run`].
+/// creates offered at `factor` × that capacity for `seconds` over `workers`
+/// connections, paced (see [`crate::paced`], which sends all three), and
+/// the same exact count as [`run`].
 pub fn run_open(
     server: &Child,
     base: &str,
@@ -238,25 +168,25 @@ pub fn run_open(
     workers: usize,
     seconds: u64,
 ) -> OpenLoop {
-    let unloaded: Vec<u64> = load(base, token, UNLOADED_CONNECTIONS, seconds.min(5), "calm")
-        .into_iter()
-        .flatten()
-        .filter(|s| s.status == 201)
-        .map(|s| s.micros)
-        .collect();
+    let target = crate::paced::Target::new(base, token, BODY);
+    let unloaded: Vec<u64> =
+        crate::paced::closed(&target, UNLOADED_CONNECTIONS, seconds.min(5), "calm")
+            .into_iter()
+            .filter(|s| s.status == 201)
+            .map(|s| s.micros)
+            .collect();
     let measured = 5;
-    let capacity = load(base, token, 32, measured, "capacity")
+    let capacity = crate::paced::closed(&target, 32, measured, "capacity")
         .into_iter()
-        .flatten()
         .filter(|s| s.status == 201)
         .count() as f64
         / measured as f64;
     let rate = capacity * factor;
     let began = Instant::now();
-    let (samples, late) = paced(base, token, rate, workers, seconds, "open");
+    let (samples, late) = crate::paced::paced(&target, rate, workers, seconds, "open");
     let answered_per_sec = samples.len() as f64 / began.elapsed().as_secs_f64();
-    let created: Vec<&Sample> = samples.iter().filter(|s| s.status == 201).collect();
-    let shed: Vec<&Sample> = samples.iter().filter(|s| s.status == 503).collect();
+    let created: Vec<_> = samples.iter().filter(|s| s.status == 201).collect();
+    let shed: Vec<_> = samples.iter().filter(|s| s.status == 503).collect();
     let mut orders: HashMap<String, usize> = HashMap::new();
     for key in store.keys("SELECT idempotency_key AS k FROM orders") {
         *orders.entry(key).or_default() += 1;
@@ -308,11 +238,11 @@ impl OpenLoop {
         let f = &self.figures;
         let total = f.created + f.shed + f.other;
         format!(
-            "### Open-loop overload, {backend}: {:.0} creates/s offered (capacity {:.0}/s × {:.1}), {} s, {} paced senders\n\n\
+            "### Open-loop overload, {backend}: {:.0} creates/s offered (capacity {:.0}/s × {:.1}), {} s, {} connections of one paced sender\n\n\
              | figure | value |\n|---|---:|\n\
              | unloaded create p99 ({UNLOADED_CONNECTIONS} connections, {} creates) | {:.2} ms |\n\
              | answered per second | {:.0} |\n\
-             | sent more than 1 ms after their time (every sender busy) | {} of {total} |\n\
+             | sent more than 1 ms after their time (every connection busy, or the sender behind) | {} of {total} |\n\
              | admitted creates (201) | {} |\n\
              | admitted p50 / p99, from the time each was due | {:.2} / {:.2} ms |\n\
              | admitted p99 ÷ unloaded p99 | {:.1} × |\n\
