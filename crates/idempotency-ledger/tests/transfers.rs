@@ -688,26 +688,8 @@ both_backends! {
         db.open_account("acme", 1_000);
         let ledger = db.ledger();
         assert_eq!(ledger.keys_in_flight(), 0, "nothing is held before a request");
-        // Made before the channels, so dropped after them: a failed
-        // assertion lets the unit go before the runtime waits for it.
         let rt = runtime();
-        let (entered, in_unit) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let task = rt.spawn({
-            let ledger = ledger.clone();
-            async move {
-                let request = Request::new("acme", "t-held", 100);
-                let debit = request.debit(&Arc::default());
-                ledger
-                    .execute(request.ledger(), move |tx| {
-                        entered.send(()).expect("the test waits for the unit");
-                        released.recv().expect("the test releases the unit");
-                        debit(tx)
-                    })
-                    .await
-            }
-        });
-        in_unit.recv().expect("the unit runs");
+        let (task, release) = held_unit(&rt, &ledger, &Request::new("acme", "t-held", 100), &Arc::default());
         assert_eq!(ledger.keys_in_flight(), 1, "a request holds its key while its unit runs");
         release.send(()).expect("the unit waits");
         let done = rt.block_on(task).expect("the request's task");
@@ -726,23 +708,8 @@ both_backends! {
         let Ok(Outcome::Executed(answer)) = first else { panic!("{first:?}") };
 
         // The one slot, held by a unit until the test releases it.
-        let (entered, in_unit) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
         let held = Request::new("acme", "t-held", 100);
-        let holder = rt.spawn({
-            let (ledger, debit) = (ledger.clone(), held.debit(&runs));
-            let request = Request::new("acme", "t-held", 100);
-            async move {
-                ledger
-                    .execute(request.ledger(), move |tx| {
-                        entered.send(()).expect("the test waits for the unit");
-                        released.recv().expect("the test releases the unit");
-                        debit(tx)
-                    })
-                    .await
-            }
-        });
-        in_unit.recv().expect("the unit runs");
+        let (holder, release) = held_unit(&rt, &ledger, &held, &runs);
         assert!(ledger.admission().is_full());
 
         // Each is refused at once: not read (a replay), not waiting for the
@@ -765,6 +732,42 @@ both_backends! {
         assert_eq!((db.count("transfers"), db.count("idempotency_ledger")), (3, 3));
         assert_eq!(db.balance("acme"), 700);
     }
+}
+
+/// Runs `request` (its debit counted in `runs`) on `rt` with a unit that,
+/// once running, waits until the test sends on the returned channel (or
+/// drops it); returns once the unit runs, with the request's task.
+fn held_unit(
+    rt: &tokio::runtime::Runtime,
+    ledger: &Ledger,
+    request: &Request,
+    runs: &Arc<AtomicUsize>,
+) -> (
+    tokio::task::JoinHandle<Result<Outcome, LedgerError<Failed>>>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (entered, in_unit) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (ledger, debit) = (ledger.clone(), request.debit(runs));
+    let (account, key, cents) = (
+        request.account.clone(),
+        request.key.as_str().to_owned(),
+        request.cents,
+    );
+    let task = rt.spawn(async move {
+        let request = Request::new(&account, &key, cents);
+        ledger
+            .execute(request.ledger(), move |tx| {
+                entered.send(()).expect("the test waits for the unit");
+                // Dropped by a failed test: the unit goes on, and the
+                // runtime's drop does not wait for it in vain.
+                let _ = released.recv();
+                debit(tx)
+            })
+            .await
+    });
+    in_unit.recv().expect("the unit runs");
+    (task, release)
 }
 
 /// Logs and metrics label each answer with these words (the server's
