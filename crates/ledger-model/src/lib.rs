@@ -9,9 +9,9 @@
 //! that share one PostgreSQL database. A request runs as `Ledger::execute`
 //! does: while every write admission slot of its process is taken it is
 //! refused `503` on arrival (the shed); otherwise it enters its process's
-//! in-flight registry for the key (a duplicate waits there holding nothing, up to its wait bound; past the
-//! per-key waiter cap it is refused at once; a holder past its lease is
-//! waited for no longer); the holder reads the key's entry (a replay or a
+//! in-flight registry for the key (a duplicate waits there holding nothing,
+//! up to its wait bound; past the per-key waiter cap it is refused at once;
+//! a holder past its lease is waited for no longer); the holder reads the key's entry (a replay or a
 //! refusal); without one it takes a write admission slot (none free:
 //! `503`), tries the one-statement create once, and otherwise runs the
 //! record-last unit: `BEGIN`, the key's advisory lock (held by another
