@@ -18,7 +18,9 @@
 //! checks, in order"): auth (middleware, before this), the key, media type,
 //! size and JSON syntax, then the route's body validation, then the ledger.
 //! The handler awaits the ledger: a request waiting for its key, or for the
-//! SQLite writer, holds no thread.
+//! SQLite writer, holds no thread. The request's fingerprint is computed
+//! last, once the ledger would not shed the request on arrival (every write
+//! slot taken): a shed request never hashes its body.
 
 use std::sync::Arc;
 
@@ -74,9 +76,16 @@ impl<F> Work for F where
 /// A mutating request that passed every check before the ledger.
 #[derive(Debug)]
 pub struct Mutation {
-    ctx: MutationCtx,
-    json: Value,
+    user_id: String,
+    key: IdempotencyKey,
+    /// The request, for its method and path (the fingerprint's).
+    req: HttpRequest,
+    bytes: web::Bytes,
+    json: Option<Value>,
 }
+
+/// What [`Mutation::json`] is without a body.
+static NO_BODY: Value = Value::Null;
 
 impl Mutation {
     pub async fn prepare(
@@ -104,25 +113,40 @@ impl Mutation {
             BodyRule::Optional if !is_json(req) => return Err(ApiError::UnsupportedMediaType),
             _ => Some(parse_json(&bytes)?),
         };
-        let fingerprint = Fingerprint::of(req.method().as_str(), req.path(), &bytes, json.as_ref());
         Ok(Self {
-            ctx: MutationCtx {
-                user_id: user.0,
-                key,
-                fingerprint,
-            },
-            json: json.unwrap_or(Value::Null),
+            user_id: user.0,
+            key,
+            req: req.clone(),
+            bytes,
+            json,
         })
     }
 
     /// The parsed body (`null` when there was none).
     pub fn json(&self) -> &Value {
-        &self.json
+        self.json.as_ref().unwrap_or(&NO_BODY)
     }
 
-    /// Who is asking, with which key, for which request.
-    pub fn ctx(&self) -> &MutationCtx {
-        &self.ctx
+    /// Who is asking, with which key, for which request: the fingerprint
+    /// computed now. `Err(Overloaded)` instead while every write slot of the
+    /// process is taken — the ledger would shed the request on arrival
+    /// anyway (`Ledger::execute`'s first step), and a shed request should
+    /// cost as little as it can.
+    fn into_ctx(self, state: &AppState) -> Result<MutationCtx, ApiError> {
+        if state.ledger.admission().is_full() {
+            return Err(shed());
+        }
+        let fingerprint = Fingerprint::of(
+            self.req.method().as_str(),
+            self.req.path(),
+            &self.bytes,
+            self.json.as_ref(),
+        );
+        Ok(MutationCtx {
+            user_id: self.user_id,
+            key: self.key,
+            fingerprint,
+        })
     }
 
     /// Runs `work` exactly once for this key, or answers from the ledger.
@@ -136,7 +160,7 @@ impl Mutation {
     where
         F: Work,
     {
-        let ctx = Arc::new(self.ctx);
+        let ctx = Arc::new(self.into_ctx(&state)?);
         let unit_ctx = Arc::clone(&ctx);
         let unit = move |tx: &mut LedgerTx<'_, '_>| recorded(work(tx, &unit_ctx));
         let outcome = state.ledger.execute(ledger_request(&ctx), unit).await;
@@ -162,7 +186,7 @@ impl Mutation {
         M: FnOnce(&MutationCtx) -> (R, RecordedResponse) + Send,
         F: Work,
     {
-        let ctx = Arc::new(self.ctx);
+        let ctx = Arc::new(self.into_ctx(&state)?);
         let (make_ctx, unit_ctx) = (Arc::clone(&ctx), Arc::clone(&ctx));
         let make = move || make(&make_ctx);
         let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_ctx));
@@ -196,12 +220,13 @@ fn answer(
     ctx: &MutationCtx,
     outcome: Result<Outcome, LedgerError<ApiError>>,
 ) -> Result<HttpResponse, ApiError> {
-    let outcome = outcome.inspect_err(|e| match e {
-        LedgerError::LeaseExpired => crate::telemetry::idempotency_outcome("lease_expired"),
-        LedgerError::Overloaded => {
-            metrics::counter!("orders_api_writes_shed_total").increment(1);
+    let outcome = outcome.map_err(|e| match e {
+        LedgerError::LeaseExpired => {
+            crate::telemetry::idempotency_outcome("lease_expired");
+            ApiError::from(e)
         }
-        _ => {}
+        LedgerError::Overloaded => shed(),
+        e => ApiError::from(e),
     })?;
     crate::telemetry::idempotency_outcome(outcome.label());
     match outcome {
@@ -210,6 +235,12 @@ fn answer(
         Outcome::KeyReused => Err(ApiError::KeyReused),
         Outcome::InProgress => Err(ApiError::InProgress),
     }
+}
+
+/// A request shed because every write slot is taken: `503`, counted.
+fn shed() -> ApiError {
+    metrics::counter!("orders_api_writes_shed_total").increment(1);
+    ApiError::Overloaded
 }
 
 /// A JSON answer as the ledger records it.
