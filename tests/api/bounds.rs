@@ -267,6 +267,40 @@ crate::both_backends! {
         assert_replay_of(&first, &retry);
         assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
     }
+
+    /// With `WRITE_ADMISSION=1` and its one slot held by a create stuck in
+    /// the database, a replay of a recorded key, a duplicate of the held key
+    /// and a new key are each answered `503` with `Retry-After` at once,
+    /// changing nothing; once the create commits, the replay replays and
+    /// the new key runs. The shed on arrival and the replay's read-only
+    /// path, met through HTTP on both backends.
+    fn while_the_one_write_slot_is_held_a_replay_a_duplicate_and_a_new_key_are_shed_then_served(backend) {
+        let app = TestApp::spawn_with(backend, |s| s.write_admission = 1);
+        let body = order_body("Widget", 2, "9.99");
+        let recorded = app.post_order(Some("recorded"), &body);
+        assert_eq!(recorded.status, 201, "{}", recorded.body);
+        let held = HeldCreate::hold(&app);
+
+        let first = std::thread::scope(|s| {
+            let first = s.spawn(|| app.post_order(Some("held"), &body));
+            held.wait_for_one(&app);
+            for key in ["recorded", "held", "fresh"] {
+                let shed = app.post_order(Some(key), &body);
+                assert_unavailable(&shed);
+            }
+            assert!(!first.is_finished(), "all of that while the create was held");
+            held.release(&app);
+            first.join().expect("first")
+        });
+
+        assert_eq!(first.status, 201, "{}", first.body);
+        let replay = app.post_order(Some("recorded"), &body);
+        assert_replay_of(&recorded, &replay);
+        let fresh = app.post_order(Some("fresh"), &body);
+        assert_eq!(fresh.status, 201, "the shed key is free: {}", fresh.body);
+        assert_not_replayed(&fresh);
+        assert_eq!((app.order_count(), app.ledger_count()), (3, 3));
+    }
 }
 
 /// Blocks a writer unit until the test lets it go (at most a minute).
