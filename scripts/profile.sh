@@ -85,6 +85,7 @@ PY
 
 export DATABASE_URL=sqlite://$work/orders.db
 export RUST_LOG=warn
+"$ORDERS_API_BIN" migrate >/dev/null
 token=$("$ORDERS_API_BIN" keys create profile)
 # Starts "$@" serving on a free port; sets server_pid and address.
 start() {
