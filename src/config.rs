@@ -80,6 +80,15 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(0..=60))]
     pub auth_cache_secs: u64,
 
+    /// How long a process answers the retries of a recorded key from what a
+    /// read of it found, in seconds, without reading it again: an entry
+    /// changed behind the service's back (deleted by hand, a backup
+    /// restored) is seen within this time; never past the entry's expiry
+    /// (0: every retry reads the database).
+    #[arg(long = "replay-cache-secs", env = "REPLAY_CACHE_SECS", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=60))]
+    pub replay_cache_secs: u64,
+
     /// SQLite: how many writes may wait for the group-commit writer before
     /// further ones are answered 503 with Retry-After.
     #[arg(long = "write-queue", env = "SQLITE_WRITE_QUEUE", default_value_t = 4_096,
@@ -199,6 +208,7 @@ impl Settings {
             pool_size: 10,
             db_timeout_secs: DEFAULT_DB_TIMEOUT_SECS,
             auth_cache_secs: 1,
+            replay_cache_secs: 1,
             write_queue: 4_096,
             write_admission: DEFAULT_WRITE_ADMISSION,
             workers: None,
@@ -226,6 +236,7 @@ impl Settings {
                 waiters_per_key: DEFAULT_WAITERS_PER_KEY,
                 write_admission: self.write_admission,
                 connection_timeout: Duration::from_secs(self.db_timeout_secs),
+                remember: Duration::from_secs(self.replay_cache_secs),
             },
         )
     }

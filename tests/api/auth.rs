@@ -100,6 +100,28 @@ both_backends! {
         assert_eq!(app.order_count(), 0);
     }
 
+    fn a_revoked_tokens_retry_of_a_key_answered_from_memory_is_a_401_not_a_replay(backend) {
+        // Two memories meet: the ledger answers the key's retries from what
+        // a read found (for a minute here), the token is looked up every
+        // time. Authentication comes first, so the revocation wins.
+        let app = TestApp::spawn_with(backend, |s| {
+            s.auth_cache_secs = 0;
+            s.replay_cache_secs = 60;
+        });
+        let token = app.create_token("carol");
+        let body = order_body("Widget", 1, "1");
+        let send = || app.call_as(&token, "POST", "/v1/orders", Some("remembered"), Some(&body));
+        assert_eq!(send().status, 201);
+        let replay = send();
+        assert_eq!(replay.status, 200, "{}", replay.body);
+        assert_eq!(replay.header("Idempotent-Replayed"), Some("true"));
+
+        let key = orders_api::auth::KeyRef::parse(&token).unwrap();
+        orders_api::auth::revoke(&mut app.pool.get().unwrap().conn(), &key).unwrap();
+        assert_problem(&send(), 401, "UNAUTHORIZED");
+        assert_eq!((app.order_count(), app.ledger_count()), (1, 1));
+    }
+
     fn a_revoked_token_is_a_401(backend) {
         // Without the token cache: revocation then takes effect at once.
         let app = TestApp::spawn_with(backend, |s| s.auth_cache_secs = 0);

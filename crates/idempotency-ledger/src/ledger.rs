@@ -13,6 +13,7 @@ use crate::db::{Conn, Failure, PG_LOCK_WAIT, Pool, WriteError, classify};
 use crate::fingerprint::Fingerprint;
 use crate::inflight::{Entered, InFlight};
 use crate::key::IdempotencyKey;
+use crate::remembered::RememberedEntries;
 use crate::response::{RecordedResponse, Unreplayable};
 use crate::row::{self, Row};
 use crate::store::{self, NewEntry};
@@ -152,6 +153,13 @@ pub struct Settings {
     pub write_admission: u32,
     /// PostgreSQL: how long a unit waits for a write connection.
     pub connection_timeout: Duration,
+    /// How long what a read found for a key answers that key's retries
+    /// from memory, without another read (zero: every retry reads). An
+    /// entry never changes once committed, so this only bounds how long a
+    /// change made behind the ledger's back (an entry deleted by hand, a
+    /// backup restored) goes unseen; an entry is never answered from memory
+    /// past its expiry.
+    pub remember: Duration,
 }
 
 /// The default of [`Settings::waiters_per_key`].
@@ -171,6 +179,7 @@ struct Inner {
     in_flight: Arc<InFlight>,
     admission: Admission,
     write_connections: Option<WriteConnections>,
+    remembered: RememberedEntries,
 }
 
 /// The first pause between two looks at a key another process holds; it
@@ -214,6 +223,7 @@ impl Ledger {
                 in_flight: Arc::new(InFlight::new(settings.waiters_per_key.max(1))),
                 admission: Admission::new(settings.write_admission),
                 write_connections,
+                remembered: RememberedEntries::new(settings.remember),
                 pool,
                 settings,
             }),
@@ -262,7 +272,9 @@ impl Ledger {
     ///    answered [`Outcome::InProgress`] at once;
     /// 2. **read**: a completed entry for `(key, user)` answers at once —
     ///    replayed when the fingerprint matches, refused when it does not.
-    ///    A read: no write slot, no write connection;
+    ///    A read: no write slot, no write connection. What a read found
+    ///    less than [`Settings::remember`] ago answers without another
+    ///    (from memory, never past the entry's expiry), and before step 1;
     /// 3. **admit**: a write slot, or [`LedgerError::Overloaded`] at once;
     ///    on PostgreSQL then a write connection;
     /// 4. **unit**: the mutation runs as one unit of writing, which takes
@@ -371,6 +383,14 @@ impl Ledger {
         if inner.admission.is_full() {
             return Err(LedgerError::Overloaded);
         }
+        // An entry a read found a moment ago answers as that read would.
+        if let Some(outcome) = inner.remembered.answer(
+            request.user_id,
+            request.key.as_str(),
+            request.fingerprint.as_str(),
+        ) {
+            return Ok(outcome);
+        }
         // A key another request of this process holds now: an entry it has
         // already answers at once (a recorded entry never changes), so the
         // retries of a recorded key never queue behind one another, nor
@@ -464,8 +484,19 @@ impl Ledger {
     }
 
     /// The read before any write: the key's completed entry decides at once
-    /// (a replay or a refusal), without a lock, on a pooled read connection.
+    /// (a replay or a refusal), without a lock, on a pooled read connection
+    /// — or from memory, when a read found it a moment ago
+    /// ([`Settings::remember`]).
     async fn read<E>(&self, request: LedgerRequest<'_>) -> Result<Option<Outcome>, LedgerError<E>> {
+        let remembered = &self.inner.remembered;
+        if let Some(outcome) = remembered.answer(
+            request.user_id,
+            request.key.as_str(),
+            request.fingerprint.as_str(),
+        ) {
+            return Ok(Some(outcome));
+        }
+        let began = std::time::Instant::now();
         let pool = self.inner.pool.clone();
         let (key, user) = (request.key.as_str().to_owned(), request.user_id.to_owned());
         let found = tokio::task::spawn_blocking(move || {
@@ -482,9 +513,21 @@ impl Ledger {
             Err(ReadFailure::Unavailable(e)) => Err(LedgerError::Unavailable(e.to_string())),
             Err(ReadFailure::Database(e)) => Err(database_error(e)),
             Ok(None) => Ok(None),
-            Ok(Some(entry)) => decide(entry, request.fingerprint.as_str())
-                .map(Some)
-                .map_err(|cause| self.unreplayable(request, cause)),
+            Ok(Some(entry)) => {
+                if let Ok(response) = &entry.response {
+                    remembered.remember(
+                        request.user_id,
+                        request.key.as_str(),
+                        &entry.fingerprint,
+                        response,
+                        entry.expires_at,
+                        began,
+                    );
+                }
+                decide(entry, request.fingerprint.as_str())
+                    .map(Some)
+                    .map_err(|cause| self.unreplayable(request, cause))
+            }
         }
     }
 

@@ -121,6 +121,7 @@
 //!         waiters_per_key: 16,
 //!         write_admission: 64,
 //!         connection_timeout: Duration::from_secs(5),
+//!         remember: Duration::from_secs(1),
 //!     }));
 //!     HttpServer::new(move || App::new().app_data(ledger.clone()).route("/payments", web::post().to(pay)))
 //!         .bind("127.0.0.1:8080")?
@@ -154,6 +155,7 @@ mod inflight;
 pub mod invariants;
 mod key;
 mod ledger;
+mod remembered;
 mod response;
 pub mod row;
 pub mod schema;

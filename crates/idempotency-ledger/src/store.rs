@@ -43,9 +43,11 @@ pub struct Entry {
     pub fingerprint: String,
     /// The recorded response, or why it cannot be replayed.
     pub response: Result<RecordedResponse, Unreplayable>,
+    /// When it may be purged.
+    pub expires_at: DateTime<Utc>,
 }
 
-type Stored = (String, i32, String, Vec<u8>);
+type Stored = (String, i32, String, Vec<u8>, DateTime<Utc>);
 
 /// The key's entry, if it has one.
 pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> Result<Option<Entry>, DieselError> {
@@ -56,14 +58,23 @@ pub fn find(conn: &mut Conn<'_>, key: &str, user_id: &str) -> Result<Option<Entr
         use s::idempotency_ledger::dsl as l;
         l::idempotency_ledger
             .filter(l::idempotency_key.eq(key).and(l::user_id.eq(user_id)))
-            .select((l::request_fingerprint, l::response_status, l::response_headers, l::response_body))
+            .select((
+                l::request_fingerprint,
+                l::response_status,
+                l::response_headers,
+                l::response_body,
+                l::expires_at,
+            ))
             .get_result::<Stored>(c)
             .optional()
     })?;
-    Ok(row.map(|(fingerprint, status, headers, body)| Entry {
-        fingerprint,
-        response: RecordedResponse::from_stored(status, &headers, body),
-    }))
+    Ok(
+        row.map(|(fingerprint, status, headers, body, expires_at)| Entry {
+            fingerprint,
+            response: RecordedResponse::from_stored(status, &headers, body),
+            expires_at,
+        }),
+    )
 }
 
 /// A completed entry: the key, who sent it, the request's fingerprint and

@@ -81,6 +81,8 @@ enum Place {
 }
 
 const LEASE: Duration = Duration::from_secs(30);
+/// What a read found answers from memory this long: the service's default.
+const REMEMBER: Duration = Duration::from_secs(1);
 
 fn options() -> PoolOptions {
     PoolOptions {
@@ -203,6 +205,7 @@ impl TestDb {
             waiters_per_key: 64,
             write_admission: 64,
             connection_timeout: Duration::from_secs(10),
+            remember: REMEMBER,
         };
         change(&mut settings);
         Ledger::new(self.pool().clone(), settings)
@@ -311,6 +314,17 @@ impl TestDb {
             Backend::Sqlite => Some(self.pool().writer_stats().map_or(0, |s| s.batches)),
             Backend::Postgres => None,
         }
+    }
+
+    /// Deletes every ledger entry by hand, behind the ledger's back (as an
+    /// operator might, or a backup restored from before they were written).
+    fn delete_every_entry(&self) {
+        let mut pooled = self.pool().get().expect("connection");
+        match pooled.conn() {
+            Conn::Sqlite(c) => c.batch_execute("DELETE FROM idempotency_ledger"),
+            Conn::Postgres(c) => c.batch_execute("DELETE FROM idempotency_ledger"),
+        }
+        .expect("delete the entries");
     }
 
     /// Moves every ledger entry's expiry into the past and purges them.
@@ -602,7 +616,9 @@ both_backends! {
 
     fn the_one_statement_path_records_its_row_and_a_retry_after_the_purge_finds_it(backend) {
         let db = TestDb::fresh(backend);
-        let ledger = db.ledger();
+        // `purge_every_entry` moves the entry's expiry into the past behind
+        // the ledger's back, which the replay's read must then see.
+        let ledger = db.ledger_with(|s| s.remember = Duration::ZERO);
         let request = Request::new("acme", "t-5", 100);
         let first = runtime().block_on(ledger.execute_insert(request.ledger(), request.row(), request.answer(), request.found()));
         assert_eq!(first.ok(), Some(Outcome::Executed(request.answer())));
@@ -617,6 +633,83 @@ both_backends! {
         found.status = 200;
         assert_eq!(after_purge.ok(), Some(Outcome::Replayed(found)), "the row's unique key answers");
         assert_eq!((db.count("transfers"), db.count("idempotency_ledger")), (1, 0), "nothing written twice");
+    }
+
+    fn what_a_read_found_answers_the_keys_retries_from_memory_for_the_remembered_time(backend) {
+        let db = TestDb::fresh(backend);
+        db.open_account("acme", 1_000);
+        db.open_account("globex", 1_000);
+        let remembering = db.ledger_with(|s| s.remember = Duration::from_secs(3_600));
+        let request = Request::new("acme", "t-remembered", 100);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let rt = runtime();
+        let ran = || runs.load(Ordering::SeqCst);
+        let first = rt.block_on(remembering.execute(request.ledger(), request.debit(&runs)));
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+        // The first retry reads the entry, and what it found is remembered.
+        let replay = rt.block_on(remembering.execute(request.ledger(), request.debit(&runs)));
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(request.answer())));
+
+        db.delete_every_entry();
+        let remembered = rt.block_on(remembering.execute(request.ledger(), request.debit(&runs)));
+        assert_eq!(
+            remembered.ok(),
+            Some(Outcome::Replayed(request.answer())),
+            "the retry is answered as the read found the entry, without another read"
+        );
+        let another = Request::new("acme", "t-remembered", 999);
+        let refused = rt.block_on(remembering.execute(another.ledger(), another.debit(&runs)));
+        assert_eq!(refused.ok(), Some(Outcome::KeyReused), "another request with the key is refused from memory too");
+        assert_eq!(ran(), 1, "nothing ran again");
+
+        // The same key from another account is another key, never answered
+        // from acme's entry.
+        let theirs = Request::new("globex", "t-remembered", 100);
+        let done = rt.block_on(remembering.execute(theirs.ledger(), theirs.debit(&runs)));
+        assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
+        assert_eq!(ran(), 2);
+
+        // A ledger that remembers nothing reads, and sees the deletion: the
+        // key is new, and its mutation runs (and finds its transfer row).
+        let reading = db.ledger_with(|s| s.remember = Duration::ZERO);
+        let read = rt.block_on(reading.execute(request.ledger(), request.debit(&runs)));
+        assert!(matches!(read, Ok(Outcome::KeyReused)), "{read:?}");
+        assert_eq!(ran(), 3, "the deleted entry's key ran again");
+        assert_eq!((db.balance("acme"), db.balance("globex")), (900, 900));
+    }
+
+    fn an_entry_is_never_answered_from_memory_past_its_expiry_so_the_purge_leaves_its_key_new(backend) {
+        let db = TestDb::fresh(backend);
+        db.open_account("acme", 1_000);
+        let retention = Duration::from_secs(1);
+        let ledger = db.ledger_with(|s| {
+            s.retention = retention;
+            s.remember = Duration::from_secs(3_600);
+        });
+        let request = Request::new("acme", "t-expiring", 100);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let rt = runtime();
+        let first = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+        let answered = chrono::Utc::now();
+        let replay = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(request.answer())), "remembered until its expiry");
+
+        // The entry expired before `answered + retention`: past that, on the
+        // clock the purge reads, it goes.
+        let expired = answered + retention;
+        while chrono::Utc::now() <= expired {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(Ledger::purge_expired(db.pool(), 100, 10).expect("purge"), 1);
+        let after = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+        assert_eq!(
+            after.ok(),
+            Some(Outcome::KeyReused),
+            "the key is new: its mutation runs (and finds its transfer row), never a replay from memory"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert_eq!(db.balance("acme"), 900);
     }
 
     fn a_row_is_stored_the_same_whichever_path_writes_it(backend) {
@@ -854,6 +947,7 @@ fn a_units_lock_wait_is_bounded_by_its_own_transaction_whatever_its_session_says
             waiters_per_key: 4,
             write_admission: 4,
             connection_timeout: Duration::from_secs(10),
+            remember: REMEMBER,
         },
     );
     let request = Request::new("acme", "held-row", 100);
