@@ -189,24 +189,27 @@ pub async fn observe(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let request_id = client_request_id(&req).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let route = req
-        .match_pattern()
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().to_string();
     let method_label = method_label(req.method());
+    // The route is recorded once routing has found it: after the call, the
+    // answered request knows its resource, and naming its pattern is a walk
+    // down the resource map by index (before routing, it would take
+    // matching the path against every pattern, regular expressions
+    // included). An error no route turned into an answer has no route.
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
-        method = %method,
-        route = %route,
+        method = req.method().as_str(),
+        route = tracing::field::Empty,
         user_id = tracing::field::Empty,
         idempotency = tracing::field::Empty,
     );
     let result = next.call(req).instrument(span.clone()).await;
-    let status = match &result {
-        Ok(res) => res.status(),
-        Err(e) => e.as_response_error().status_code(),
+    let (status, route) = match &result {
+        Ok(res) => (res.status(), res.request().match_pattern()),
+        Err(e) => (e.as_response_error().status_code(), None),
     };
+    let route = route.unwrap_or_else(|| "unmatched".to_owned());
+    span.record("route", route.as_str());
     let elapsed = started.elapsed();
     let status_label = status.as_u16().to_string();
     metrics::counter!(REQUESTS, "method" => method_label, "route" => route.clone(), "status" => status_label.clone())
