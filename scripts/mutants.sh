@@ -32,6 +32,7 @@ ledger_files=(
   crates/idempotency-ledger/src/ledger.rs
   crates/idempotency-ledger/src/inflight.rs
   crates/idempotency-ledger/src/admission.rs
+  crates/idempotency-ledger/src/remembered.rs
   crates/idempotency-ledger/src/store.rs
   crates/idempotency-ledger/src/row.rs
   crates/idempotency-ledger/src/response.rs

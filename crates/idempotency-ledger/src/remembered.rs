@@ -212,6 +212,29 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_never_answers_with_another_keys_entry() {
+        // Many entries, many lookups of pairs never remembered: some share
+        // a hash table slot's tag with a remembered pair, and only the
+        // comparison of the pair itself tells them apart.
+        let remembered = RememberedEntries::new(Duration::from_secs(60));
+        for i in 0..1_000 {
+            remembered.remember(
+                "alice",
+                &format!("k{i}"),
+                "fp",
+                &created(),
+                in_a_day(),
+                Instant::now(),
+            );
+        }
+        for i in 0..1_000 {
+            assert_eq!(remembered.answer("bob", &format!("k{i}"), "fp"), None);
+            assert_eq!(remembered.answer("alice", &format!("x{i}"), "fp"), None);
+        }
+        assert!(remembered.answer("alice", "k999", "fp").is_some());
+    }
+
+    #[test]
     fn with_no_time_nothing_is_remembered() {
         let remembered = RememberedEntries::new(Duration::ZERO);
         remembered.remember("alice", "k", "fp", &created(), in_a_day(), Instant::now());
