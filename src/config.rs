@@ -412,6 +412,10 @@ mod tests {
         assert!(parse(&["--database-url", "mysql://x"]).is_err());
         assert!(parse(&["--lease-secs", "0"]).is_err());
         assert!(parse(&["--cors-allowed-origins", "example.com"]).is_err());
+        // The replay memory: off at 0, at most a minute.
+        assert!(parse(&["--replay-cache-secs", "0"]).is_ok());
+        assert!(parse(&["--replay-cache-secs", "60"]).is_ok());
+        assert!(parse(&["--replay-cache-secs", "61"]).is_err());
         assert!(
             parse(&[
                 "serve",
