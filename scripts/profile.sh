@@ -6,9 +6,15 @@
 # else the machine runs, so they compare builds where wall-clock figures
 # cannot.
 #
-#   scripts/profile.sh                  # create, replay and get, 2000 each
+#   scripts/profile.sh                  # create, replay, get and the ceilings, 2000 each
 #   REQUESTS=500 scripts/profile.sh create
-#   ORDERS_API_BIN=/path/to/orders-api scripts/profile.sh   # another build
+#   ORDERS_API_BIN=/path/to/orders-api BENCH_BIN=/path/to/examples/bench scripts/profile.sh   # another build
+#
+# The ceilings are the benchmark's (`examples/bench/baseline.rs`), served by
+# its binary alone (`BENCH_CEILINGS_ONLY`) and sent the service's requests:
+# bare-group-insert is a create's (headers, a fresh key, the body) to the
+# group-committing writer at FULL, bare-read a GET's (the token) to a
+# primary-key read.
 #
 # Prints one line per kind: total instructions ÷ requests, the whole process
 # (every thread: workers, blocking threads, the SQLite writer). Keeps each
@@ -25,24 +31,32 @@ command -v valgrind >/dev/null || {
 }
 requests=${REQUESTS:-2000}
 clients=${CLIENTS:-4}
-kinds=${*:-create replay get}
+kinds=${*:-create replay get bare-group-insert bare-read}
 
-if [ -z "${ORDERS_API_BIN:-}" ]; then
+if [ -z "${ORDERS_API_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
   export CARGO_PROFILE_RELEASE_DEBUG=${CARGO_PROFILE_RELEASE_DEBUG:-line-tables-only}
-  cargo build --release --locked --quiet --bin orders-api
+  cargo build --release --locked --quiet --bin orders-api --example bench
   target_dir=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-  ORDERS_API_BIN=$target_dir/release/orders-api
+  ORDERS_API_BIN=${ORDERS_API_BIN:-$target_dir/release/orders-api}
+  BENCH_BIN=${BENCH_BIN:-$target_dir/release/examples/bench}
 fi
 out=${PROFILE_DIR:-$(mktemp -d /tmp/orders-api-profile.XXXXXX)}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/orders-api-profile-db.XXXXXX)
 server_pid=
+stop_signal=INT
+ceilings_dir=
 stop() {
   if [ -n "$server_pid" ]; then
-    kill -INT "$server_pid" 2>/dev/null || true
+    kill "-$stop_signal" "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
     server_pid=
+  fi
+  stop_signal=INT
+  if [ -n "$ceilings_dir" ]; then
+    rm -rf "$ceilings_dir"
+    ceilings_dir=
   fi
 }
 trap 'stop; rm -rf "$work"' EXIT
@@ -65,6 +79,14 @@ def run(n, prefix):
         if mode == "get":
             conn.request("GET", path, headers=headers)
             want = 200
+        elif mode == "bare-read":
+            conn.request("GET", "/bare/1", headers=headers)
+            want = 200
+        elif mode == "bare-group-insert":
+            headers["Content-Type"] = "application/json"
+            headers["Idempotency-Key"] = f"{prefix}-{i}"
+            conn.request("POST", "/bare-group", body=body, headers=headers)
+            want = 201
         else:
             headers["Content-Type"] = "application/json"
             headers["Idempotency-Key"] = key if mode == "replay" else f"{prefix}-{i}"
@@ -103,6 +125,26 @@ start() {
   exit 1
 }
 
+# Starts "$@" (the benchmark's ceilings, `examples/bench`) serving the
+# bare-storage baseline on its own; sets server_pid and address.
+start_ceilings() {
+  BENCH_CEILINGS_ONLY=1 ORDERS_API_BIN=$ORDERS_API_BIN "$@" >"$work/ceilings.out" 2>>"$work/server.log" &
+  server_pid=$!
+  # It has no handler of its own, and a background job ignores SIGINT.
+  stop_signal=TERM
+  ceilings_dir=${TMPDIR:-/tmp}/orders-bench-$server_pid
+  for _ in $(seq 1 1200); do
+    address=$(head -n1 "$work/ceilings.out" 2>/dev/null || true)
+    if [ -n "$address" ] && curl -s -o /dev/null "$address/bare/1"; then
+      return 0
+    fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$work/server.log" >&2
+  exit 1
+}
+
 # The order that replays and reads use, made before any profile.
 start "$ORDERS_API_BIN"
 key=profile-replayed
@@ -114,7 +156,10 @@ stop
 echo "instructions per request, release build, SQLite, $requests requests over $clients keep-alive connections"
 for kind in $kinds; do
   rm -f "$out/callgrind.$kind.out"*
-  start valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.out" "$ORDERS_API_BIN"
+  case $kind in
+    bare-*) start_ceilings valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.out" "$BENCH_BIN" ;;
+    *) start valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.out" "$ORDERS_API_BIN" ;;
+  esac
   # Warm-up: connections, caches, prepared statements, the WAL's size.
   client "$address" "$token" "$kind" 200 "$clients" "$key" "$location"
   callgrind_control -z "$server_pid" >/dev/null 2>&1

@@ -96,6 +96,16 @@ fn main() {
         Ok(admin) => Target::postgres(&admin),
         Err(_) => Target::Sqlite(config.dir.join("orders.db")),
     };
+    // `BENCH_CEILINGS_ONLY=1`: serve the bare-storage ceilings and nothing
+    // else, their address on the first line, until the process is stopped
+    // (`scripts/profile.sh` counts their instructions per request).
+    if std::env::var_os("BENCH_CEILINGS_ONLY").is_some() {
+        let baseline = Baseline::start(&config, &target);
+        println!("{}", baseline.base);
+        loop {
+            std::thread::park();
+        }
+    }
     let mut report = Report {
         durability: target.durability(),
         load_at_start: report::load_average(),
