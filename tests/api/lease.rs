@@ -266,11 +266,15 @@ crate::postgres_only! {
             let ledger = app.settings.ledger(app.pool.clone());
             let (held, waiting) = with_key_held(ledger, &request, || {
                 let waiting = s.spawn(|| app.post_order(Some("held-key"), &request.body));
-                // The duplicate tried the key's lock and let its session go
-                // (idle after the try) — or it waits on a lock.
+                // The duplicate tried the key's lock and let its session go —
+                // idle after its one statement's try, or after the rollback
+                // every later try ends with (nothing else in this database
+                // rolls back; the one statement's session is taken again
+                // for the next try within a millisecond, too soon to be
+                // seen reliably) — or it waits on a lock.
                 crate::process::wait_for_session_where(
                     &app.db.url,
-                    "(state = 'idle' AND query LIKE '%pg_try_advisory_xact_lock%') \
+                    "(state = 'idle' AND (query LIKE '%pg_try_advisory_xact_lock%' OR query = 'ROLLBACK')) \
                      OR wait_event_type = 'Lock'",
                     Duration::from_secs(30),
                 );
