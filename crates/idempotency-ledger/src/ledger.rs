@@ -484,18 +484,12 @@ impl Ledger {
     }
 
     /// The read before any write: the key's completed entry decides at once
-    /// (a replay or a refusal), without a lock, on a pooled read connection
-    /// — or from memory, when a read found it a moment ago
-    /// ([`Settings::remember`]).
+    /// (a replay or a refusal), without a lock, on a pooled read connection;
+    /// what it finds is remembered ([`Settings::remember`]). Memory is
+    /// looked at once, on arrival: a request that came on to a read found
+    /// nothing there, and only a read can put something there since.
     async fn read<E>(&self, request: LedgerRequest<'_>) -> Result<Option<Outcome>, LedgerError<E>> {
         let remembered = &self.inner.remembered;
-        if let Some(outcome) = remembered.answer(
-            request.user_id,
-            request.key.as_str(),
-            request.fingerprint.as_str(),
-        ) {
-            return Ok(Some(outcome));
-        }
         let began = std::time::Instant::now();
         let pool = self.inner.pool.clone();
         let (key, user) = (request.key.as_str().to_owned(), request.user_id.to_owned());
