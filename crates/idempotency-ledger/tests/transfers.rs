@@ -678,6 +678,29 @@ both_backends! {
         assert_eq!((db.balance("acme"), db.balance("globex")), (900, 900));
     }
 
+    fn at_the_default_time_an_entry_deleted_behind_the_ledgers_back_is_seen_once_the_time_has_passed(backend) {
+        let db = TestDb::fresh(backend);
+        db.open_account("acme", 1_000);
+        let ledger = db.ledger(); // remembers for REMEMBER, the service's default
+        let request = Request::new("acme", "t-default", 100);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let rt = runtime();
+        let first = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+        assert!(matches!(first, Ok(Outcome::Executed(_))), "{first:?}");
+        let replay = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+        assert_eq!(replay.ok(), Some(Outcome::Replayed(request.answer())));
+        // The replay's read began before now: its memory ends by now + REMEMBER.
+        let read_done = std::time::Instant::now();
+        db.delete_every_entry();
+        std::thread::sleep((read_done + REMEMBER).saturating_duration_since(std::time::Instant::now()));
+        let after = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
+        assert!(
+            matches!(after, Ok(Outcome::KeyReused)),
+            "read again: the key is new, its mutation runs and finds its transfer row: {after:?}"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
     fn an_entry_is_never_answered_from_memory_past_its_expiry_so_the_purge_leaves_its_key_new(backend) {
         let db = TestDb::fresh(backend);
         db.open_account("acme", 1_000);
