@@ -1,4 +1,6 @@
-//! The schema: migrations embedded in the binary, applied at start (and by
+//! The schema: migrations embedded in the binary — the server's own, then
+//! the ledger crate's (which find the ledger's table the server's made, and
+//! add what a later version of the crate brings) — applied at start (and by
 //! `orders-api migrate`), and creating the database first when it is
 //! missing (a SQLite file; a PostgreSQL database, when the role may). The
 //! commands that must not create it ask [`DatabaseUrl::require_existing`]
@@ -18,6 +20,7 @@ use diesel::result::Error as DieselError;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use idempotency_ledger::db::{SQLITE_BUSY_TIMEOUT, SqliteSession};
+use idempotency_ledger::migrate;
 
 use super::{Backend, Conn, DatabaseUrl, SetupError, dispatch, one_line};
 
@@ -76,9 +79,13 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             }
             .apply(&mut conn)
             .map_err(|e| migrate_error(&e))?;
-            conn.run_pending_migrations(SQLITE_MIGRATIONS)
-                .map(|v| v.len())
-                .map_err(|e| migrate_error(&e))
+            // One `BEGIN IMMEDIATE` for both sets: a second process waits,
+            // then finds them applied.
+            migrate::with_sqlite_lock(&mut conn, |c| {
+                let ours = c.run_pending_migrations(SQLITE_MIGRATIONS)?.len();
+                Ok(ours + c.run_pending_migrations(migrate::SQLITE_MIGRATIONS)?.len())
+            })
+            .map_err(|e| migrate_error(&e))
         }
         Backend::Postgres => {
             let mut conn = establish_or_create_pg(url)?;
@@ -93,7 +100,11 @@ pub fn run_migrations(url: &DatabaseUrl) -> Result<usize, SetupError> {
             lock_migrations(&mut conn).map_err(|e| migrate_error(&e))?;
             let applied = conn
                 .run_pending_migrations(PG_MIGRATIONS)
-                .map(|v| v.len())
+                .map(|ours| ours.len())
+                .and_then(|ours| {
+                    let ledger = conn.run_pending_migrations(migrate::POSTGRES_MIGRATIONS)?;
+                    Ok(ours + ledger.len())
+                })
                 .map_err(|e| migrate_error(&e));
             // Closing the session releases the lock even if this fails.
             let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({PG_MIGRATION_LOCK})"));
@@ -331,8 +342,18 @@ fn pending(conn: &mut Conn<'_>) -> Result<usize, DieselError> {
         Vec::new()
     };
     let known = match conn {
-        Conn::Sqlite(_) => versions::<diesel::sqlite::Sqlite>(&SQLITE_MIGRATIONS),
-        Conn::Postgres(_) => versions::<diesel::pg::Pg>(&PG_MIGRATIONS),
+        Conn::Sqlite(_) => {
+            versions::<diesel::sqlite::Sqlite>(&SQLITE_MIGRATIONS).and_then(|mut v| {
+                v.extend(versions::<diesel::sqlite::Sqlite>(
+                    &migrate::SQLITE_MIGRATIONS,
+                )?);
+                Ok(v)
+            })
+        }
+        Conn::Postgres(_) => versions::<diesel::pg::Pg>(&PG_MIGRATIONS).and_then(|mut v| {
+            v.extend(versions::<diesel::pg::Pg>(&migrate::POSTGRES_MIGRATIONS)?);
+            Ok(v)
+        }),
     }
     .map_err(|e| DieselError::QueryBuilderError(e.to_string().into()))?;
     Ok(known.iter().filter(|v| !applied.contains(v)).count())

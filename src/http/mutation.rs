@@ -136,12 +136,7 @@ impl Mutation {
         if state.ledger.admission().is_full() {
             return Err(shed());
         }
-        let fingerprint = Fingerprint::of(
-            self.req.method().as_str(),
-            self.req.path(),
-            &self.bytes,
-            self.json.as_ref(),
-        );
+        let fingerprint = Fingerprint::of(self.req.method().as_str(), self.req.path(), &self.bytes);
         Ok(MutationCtx {
             user_id: self.user_id,
             key: self.key,

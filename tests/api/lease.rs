@@ -48,7 +48,7 @@ impl CreateRequest {
         Self {
             key: IdempotencyKey::parse(key.as_bytes()).expect("a valid key"),
             // What the server computes for the same request.
-            fingerprint: Fingerprint::of("POST", "/v1/orders", body.as_bytes(), Some(&json)),
+            fingerprint: Fingerprint::of("POST", "/v1/orders", body.as_bytes()),
             json,
             body: body.to_owned(),
         }

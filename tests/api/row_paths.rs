@@ -72,7 +72,7 @@ both_backends! {
         let ledger = app.settings.ledger(app.pool.clone());
         let body = order_body("Widget", 3, "19.99");
         let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-        let fingerprint = Fingerprint::of("POST", "/v1/orders", body.as_bytes(), Some(&json));
+        let fingerprint = Fingerprint::of("POST", "/v1/orders", body.as_bytes());
         let order = orders::prepare("alice", &fingerprint, parse_new_order(&json).expect("valid"));
         // The same order but for its id: only `seq`, `id` and the key may differ.
         let twin = |order: &Order| Order { id: OrderId::generate(), ..order.clone() };

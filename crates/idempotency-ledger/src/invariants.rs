@@ -126,16 +126,33 @@ fn changed(value: &Value) -> Option<Value> {
 }
 
 fn fingerprint(text: &[u8]) -> Option<Fingerprint> {
-    let value: Value = serde_json::from_slice(text).ok()?;
-    Some(Fingerprint::of("POST", "/v1/orders", text, Some(&value)))
+    crate::canonical_json(text).ok()?;
+    Some(Fingerprint::of("POST", "/v1/orders", text))
 }
 
-/// Any JSON document: its fingerprint is unchanged by member order,
-/// whitespace and number spelling, and changes when one value changes.
+/// Any bytes: read as a JSON document from its text exactly when
+/// `serde_json` parses them (bar a member named twice, which is refused),
+/// into the canonical form computed from the parsed `Value` (so stored
+/// fingerprints stay valid); and the fingerprint of a JSON document is
+/// unchanged by member order, whitespace and number spelling, and changes
+/// when one value changes.
 pub fn check_fingerprint(bytes: &[u8]) {
+    let from_text = crate::canonical_json(bytes);
     let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
+        assert!(from_text.is_err(), "{:?}", String::from_utf8_lossy(bytes));
         return;
     };
+    match &from_text {
+        Ok(canonical) => assert_eq!(
+            *canonical,
+            crate::fingerprint::canonical_value(&value),
+            "{value}"
+        ),
+        Err(e) => {
+            assert!(e.to_string().starts_with("duplicate member name"), "{e}");
+            return;
+        }
+    }
     let fp = fingerprint(bytes);
     assert!(fp.is_some());
     let other = respelled(&value);

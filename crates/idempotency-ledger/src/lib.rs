@@ -84,7 +84,7 @@
 //!     let Some(cents) = json["cents"].as_i64() else {
 //!         return HttpResponse::UnprocessableEntity().finish();
 //!     };
-//!     let fingerprint = Fingerprint::of("POST", req.path(), &body, Some(&json));
+//!     let fingerprint = Fingerprint::of("POST", req.path(), &body);
 //!     let request = LedgerRequest { user_id: payer, key: &key, fingerprint: &fingerprint };
 //!     let row = NewPayment { payer: payer.into(), idempotency_key: key.as_str().into(), cents };
 //!     let created = RecordedResponse { status: 201, headers: vec![], body: b"paid".to_vec() };
@@ -145,6 +145,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "actix-web")]
+pub mod actix;
 pub mod admission;
 pub mod db;
 #[cfg(feature = "fault-points")]
@@ -155,6 +157,8 @@ mod inflight;
 pub mod invariants;
 mod key;
 mod ledger;
+pub mod maintenance;
+pub mod migrate;
 mod remembered;
 mod response;
 pub mod row;
@@ -167,9 +171,14 @@ pub use ledger::{
     Completion, DEFAULT_WAITERS_PER_KEY, Ledger, LedgerError, LedgerRequest, LedgerTx, Outcome,
     Settings,
 };
+pub use maintenance::{Maintenance, MaintenanceOptions, spawn_maintenance};
 pub use response::{RECORDED_HEADERS, RecordedResponse, Unreplayable};
 
-/// The ledger's table on SQLite, for the application's migrations.
-pub const SQLITE_DDL: &str = include_str!("../sql/sqlite.sql");
-/// The ledger's table on PostgreSQL, for the application's migrations.
-pub const POSTGRES_DDL: &str = include_str!("../sql/postgres.sql");
+/// The ledger's table on SQLite: the statements of its first migration
+/// ([`migrate`] runs them for you).
+pub const SQLITE_DDL: &str =
+    include_str!("../migrations/sqlite/idempotency-ledger-0001_table/up.sql");
+/// The ledger's table on PostgreSQL: the statements of its first migration
+/// ([`migrate`] runs them for you).
+pub const POSTGRES_DDL: &str =
+    include_str!("../migrations/postgres/idempotency-ledger-0001_table/up.sql");

@@ -1,7 +1,7 @@
--- The idempotency ledger's table on SQLite: one entry per (key, user), each
--- written with its response in the same transaction as the change it
--- answers. Add it to the application's migrations.
-CREATE TABLE idempotency_ledger (
+-- The idempotency ledger's table: one entry per (key, user), each written
+-- with its response in the same transaction as the change it answers.
+-- `IF NOT EXISTS`: a database whose own migrations already made it keeps it.
+CREATE TABLE IF NOT EXISTS idempotency_ledger (
     idempotency_key     TEXT    NOT NULL,
     user_id             TEXT    NOT NULL,
     request_fingerprint TEXT    NOT NULL,
@@ -12,4 +12,4 @@ CREATE TABLE idempotency_ledger (
     expires_at          TEXT    NOT NULL,
     PRIMARY KEY (idempotency_key, user_id)
 );
-CREATE INDEX idempotency_ledger_expires_at ON idempotency_ledger (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_ledger_expires_at ON idempotency_ledger (expires_at);
