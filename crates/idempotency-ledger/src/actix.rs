@@ -665,3 +665,142 @@ fn internal() -> HttpResponse {
         "an internal error occurred",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(outcome: Result<Outcome, LedgerError<Rejected>>) -> HttpResponse {
+        let ran = Ran {
+            outcome,
+            key: IdempotencyKey::parse(b"k").ok(),
+        };
+        ran.respond().unwrap_or_else(|e| e.error_response())
+    }
+
+    fn header<'r>(response: &'r HttpResponse, name: &str) -> Option<&'r str> {
+        response.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn code(response: HttpResponse) -> String {
+        let body = response.into_body().try_into_bytes().unwrap_or_default();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        problem["error"].as_str().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn every_refusal_and_error_is_answered_by_the_one_rule() {
+        let unreplayable = LedgerError::Unreplayable {
+            key: "k".into(),
+            cause: Unreplayable("status 0".into()),
+        };
+        for (outcome, status, retry_after, code_expected) in [
+            (
+                Ok(Outcome::KeyReused),
+                409,
+                None,
+                "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD",
+            ),
+            (
+                Ok(Outcome::InProgress),
+                409,
+                Some("1"),
+                "IDEMPOTENCY_IN_PROGRESS",
+            ),
+            (
+                Err(LedgerError::Overloaded),
+                503,
+                Some("2"),
+                "SERVICE_UNAVAILABLE",
+            ),
+            (
+                Err(LedgerError::Unavailable("gone".into())),
+                503,
+                Some("2"),
+                "SERVICE_UNAVAILABLE",
+            ),
+            (
+                Err(LedgerError::LeaseExpired),
+                503,
+                Some("2"),
+                "SERVICE_UNAVAILABLE",
+            ),
+            (
+                Err(LedgerError::Database(diesel::result::Error::NotFound)),
+                500,
+                None,
+                "INTERNAL_ERROR",
+            ),
+            (
+                Err(LedgerError::Internal("lost".into())),
+                500,
+                None,
+                "INTERNAL_ERROR",
+            ),
+            (Err(unreplayable), 500, None, "INTERNAL_ERROR"),
+            (
+                Err(LedgerError::Operation(Rejected::UnsupportedMediaType)),
+                415,
+                None,
+                "UNSUPPORTED_MEDIA_TYPE",
+            ),
+        ] {
+            let response = answered(outcome);
+            assert_eq!(response.status().as_u16(), status, "{code_expected}");
+            assert_eq!(
+                header(&response, "retry-after"),
+                retry_after,
+                "{code_expected}"
+            );
+            let should_retry = retry_after.map(|_| "true");
+            assert_eq!(
+                header(&response, SHOULD_RETRY_HEADER),
+                should_retry,
+                "{code_expected}"
+            );
+            assert_eq!(header(&response, "content-type"), Some(PROBLEM_JSON));
+            assert_eq!(code(response), code_expected);
+        }
+    }
+
+    #[test]
+    fn a_recorded_201_replays_as_200_with_its_headers_and_body() {
+        let recorded = RecordedResponse {
+            status: 201,
+            headers: vec![
+                ("Location".into(), "/x/1".into()),
+                ("Content-Type".into(), "application/json".into()),
+            ],
+            body: b"{}".to_vec(),
+        };
+        let first = answered(Ok(Outcome::Executed(recorded.clone())));
+        assert_eq!(first.status(), StatusCode::CREATED);
+        assert_eq!(header(&first, "idempotent-replayed"), None);
+        let replay = answered(Ok(Outcome::Replayed(recorded)));
+        assert_eq!(replay.status(), StatusCode::OK);
+        assert_eq!(header(&replay, "idempotent-replayed"), Some("true"));
+        assert_eq!(header(&replay, "location"), Some("/x/1"));
+        assert_eq!(header(&replay, "content-type"), Some("application/json"));
+        assert_eq!(
+            replay.into_body().try_into_bytes().ok().as_deref(),
+            Some(&b"{}"[..])
+        );
+    }
+
+    #[test]
+    fn a_mutations_answer_below_500_is_recorded_and_a_5xx_is_not() {
+        let small = recorded::<Rejected>(Err(Rejected::PayloadTooLarge(1)));
+        match small {
+            Ok(Completion::Record(r)) => {
+                assert_eq!(r.status, 413);
+                assert_eq!(
+                    r.headers,
+                    [("content-type".to_owned(), PROBLEM_JSON.to_owned())]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let failed = recorded::<LedgerError<Rejected>>(Err(LedgerError::Internal("x".into())));
+        assert!(failed.is_err());
+    }
+}
