@@ -8,7 +8,8 @@ use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 pub use sd_notify::NotifyState;
 
-use idempotency_ledger::{Ledger, LedgerError};
+use idempotency_ledger::maintenance::{self, MaintenanceOptions};
+use idempotency_ledger::{LedgerError, spawn_maintenance};
 
 use crate::auth::cache::{TokenCache, first_lookups_for_pool};
 use crate::config::Settings;
@@ -24,10 +25,6 @@ pub const READ_BLOCKING_THREADS: usize = 32;
 
 /// How many expired entries one purge transaction deletes.
 pub const PURGE_BATCH: i64 = 1_000;
-/// How many batches one purge round deletes at most before yielding.
-const PURGE_MAX_BATCHES_PER_ROUND: usize = 1_000;
-/// The pause between two purge batches, so live writers get the lock.
-const PURGE_PAUSE: Duration = Duration::from_millis(5);
 /// How long in-flight requests may run after SIGTERM. The packaged systemd
 /// unit's `TimeoutStopSec` leaves room for it.
 pub const SHUTDOWN_GRACE: u64 = 30;
@@ -156,13 +153,11 @@ impl Application {
 
         let every = self.purge_interval.min(telemetry::LEDGER_COUNT_INTERVAL);
         let gauge = actix_web::rt::spawn(telemetry::count_ledger_rows(self.pool.clone(), every));
-        let purge =
-            actix_web::rt::spawn(purge_periodically(self.pool.clone(), self.purge_interval));
+        let maintenance = spawn_maintenance(&self.pool, purge_options(self.purge_interval));
         let handle = self.server.handle();
         let signals = actix_web::rt::spawn(stop_on_signal(handle.clone()));
         let upkeep = actix_web::rt::spawn(metrics_upkeep(METRICS_UPKEEP));
-        let pool = self.pool;
-        let gave_up = Box::pin(pool.writer_gave_up());
+        let gave_up = Box::pin(maintenance.writer_gave_up());
         let result = match select(self.server, gave_up).await {
             Either::Left((served, _)) => served.map_err(ServeError::Io),
             Either::Right((why, server)) => {
@@ -174,7 +169,7 @@ impl Application {
         };
         upkeep.abort();
         signals.abort();
-        purge.abort();
+        maintenance.stop();
         gauge.abort();
         result
     }
@@ -235,35 +230,20 @@ pub fn notify_supervisor(states: &[NotifyState<'_>]) {
     }
 }
 
-async fn purge_periodically(pool: Pool, every: Duration) {
-    let mut ticker = actix_web::rt::time::interval(every);
-    ticker.tick().await; // the first tick is immediate
-    loop {
-        ticker.tick().await;
-        let pool = pool.clone();
-        let purged = web::block(move || purge_round(&pool)).await;
-        match purged {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(purged = n, "purged expired idempotency entries"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "purge failed; will retry"),
-            Err(e) => tracing::warn!(error = %e, "purge task failed; will retry"),
-        }
+/// How the server purges: every `every`, [`PURGE_BATCH`] entries a
+/// transaction, each batch counted.
+fn purge_options(every: Duration) -> MaintenanceOptions {
+    MaintenanceOptions {
+        purge_every: every,
+        batch: PURGE_BATCH,
+        on_purged: telemetry::count_purged,
+        ..MaintenanceOptions::default()
     }
 }
 
 /// One purge round: bounded batches with a pause between them.
 fn purge_round(pool: &Pool) -> Result<usize, LedgerError<std::convert::Infallible>> {
-    let mut total = 0;
-    for _ in 0..PURGE_MAX_BATCHES_PER_ROUND {
-        let n = Ledger::purge_expired(pool, PURGE_BATCH, 1)?;
-        total += n;
-        telemetry::count_purged(n);
-        if (n as i64) < PURGE_BATCH {
-            break;
-        }
-        std::thread::sleep(PURGE_PAUSE);
-    }
-    Ok(total)
+    maintenance::purge_round(pool, &purge_options(Duration::ZERO))
 }
 
 /// Purges until nothing expired is left (the `purge` command).

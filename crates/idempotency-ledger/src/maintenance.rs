@@ -71,12 +71,10 @@ impl Maintenance {
     /// the process cannot recover by itself — it should stop serving and
     /// exit non-zero, so that its supervisor restarts it. Never on
     /// PostgreSQL (a lost server is recovered from in process).
-    /// The writer watches itself (a watchdog thread of its own); this only
-    /// waits for its word, and logs it.
+    /// The writer watches itself (a watchdog thread of its own); this
+    /// waits for its word.
     pub async fn writer_gave_up(&self) -> String {
-        let why = self.pool.writer_gave_up().await;
-        tracing::error!(cause = %why, "the SQLite writer gave up: this process cannot write");
-        why
+        self.pool.writer_gave_up().await
     }
 
     /// Stops the purge (a purge batch under way finishes).
