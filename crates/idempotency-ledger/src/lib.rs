@@ -19,6 +19,7 @@ mod remembered;
 mod response;
 pub mod row;
 pub mod schema;
+mod setup;
 pub mod store;
 
 pub use fingerprint::{Fingerprint, canonical_json};
@@ -29,6 +30,7 @@ pub use ledger::{
 };
 pub use maintenance::{Maintenance, MaintenanceOptions, spawn_maintenance};
 pub use response::{RECORDED_HEADERS, RecordedResponse, Unreplayable};
+pub use setup::{Migrations, OpenError, Options, backend_of, open};
 
 /// The ledger's table on SQLite: the statements of its first migration
 /// ([`migrate`] runs them for you).

@@ -16,18 +16,16 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
-use std::time::Duration;
-
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
 use idempotency_ledger::actix::{Body, Caller, Idempotent, IdempotentConfig};
-use idempotency_ledger::db::{Backend, Conn, Pool, PoolOptions};
+use idempotency_ledger::db::{Conn, Pool};
 use idempotency_ledger::row::{Columns, Row};
 use idempotency_ledger::{
-    Completion, Ledger, LedgerError, LedgerTx, MaintenanceOptions, RecordedResponse, Settings,
-    migrate, spawn_maintenance,
+    Completion, Ledger, LedgerError, LedgerTx, Migrations, Options, RecordedResponse, on_conn,
+    spawn_maintenance,
 };
 use serde::{Deserialize, Serialize};
 
@@ -126,27 +124,11 @@ fn reply(status: StatusCode, booking: &Booking) -> RecordedResponse {
     }
 }
 
-/// Runs one diesel query on whichever backend `conn` is.
-macro_rules! on {
-    ($conn:expr, $c:ident => $query:expr) => {
-        match $conn {
-            Conn::Sqlite(c) => {
-                let $c: &mut diesel::SqliteConnection = c;
-                $query
-            }
-            Conn::Postgres(c) => {
-                let $c: &mut diesel::PgConnection = c;
-                $query
-            }
-        }
-    };
-}
-
 fn find(conn: &mut Conn<'_>, guest: &str, id: &str) -> Result<Booking, BookingError> {
     let query = bookings::table
         .filter(bookings::guest.eq(guest))
         .filter(bookings::id.eq(id));
-    on!(conn, c => query.first::<Booking>(c).optional())?.ok_or(BookingError::NotFound)
+    on_conn!(conn, c => query.first::<Booking>(c).optional())?.ok_or(BookingError::NotFound)
 }
 
 /// The guest's booking made with this key, if any.
@@ -154,7 +136,7 @@ fn made_with(tx: &mut LedgerTx<'_, '_>, caller: &Caller) -> Result<Option<Bookin
     let query = bookings::table
         .filter(bookings::guest.eq(&caller.user))
         .filter(bookings::idempotency_key.eq(caller.key.as_str()));
-    Ok(on!(tx.conn(), c => query.first::<Booking>(c).optional())?)
+    Ok(on_conn!(tx.conn(), c => query.first::<Booking>(c).optional())?)
 }
 
 async fn create(
@@ -204,7 +186,7 @@ async fn cancel(
             .filter(bookings::guest.eq(&caller.user))
             .filter(bookings::id.eq(&id));
         let update = diesel::update(target).set(bookings::status.eq("cancelled"));
-        if on!(tx.conn(), c => update.execute(c))? == 0 {
+        if on_conn!(tx.conn(), c => update.execute(c))? == 0 {
             return Err(BookingError::NotFound); // a 404, recorded
         }
         let booking = find(tx.conn(), &caller.user, &id)?;
@@ -251,34 +233,18 @@ const POSTGRES: EmbeddedMigrations = embed_migrations!("examples/bookings/migrat
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
     let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "bookings.db".into());
-    let (backend, ours) = match url.starts_with("postgres") {
-        true => (Backend::Postgres, POSTGRES),
-        false => (Backend::Sqlite, SQLITE),
+    let migrations = Migrations {
+        sqlite: SQLITE,
+        postgres: POSTGRES,
     };
-    migrate::run(backend, &url, Some(ours)).map_err(std::io::Error::other)?;
-    let lease = Duration::from_secs(30);
-    let options = PoolOptions {
-        max_size: 8,
-        connection_timeout: Duration::from_secs(5),
-        lease,
-        write_queue: 1_024,
-        shown: "the bookings database".into(),
+    let options = Options {
+        migrations: Some(migrations),
+        ..Options::default()
     };
-    let pool = Pool::connect(backend, &url, &options).map_err(std::io::Error::other)?;
-    let ledger = Ledger::new(
-        pool.clone(),
-        Settings {
-            retention: Duration::from_secs(86_400),
-            lease,
-            wait: Duration::from_secs(5),
-            waiters_per_key: 16,
-            write_admission: 64,
-            connection_timeout: options.connection_timeout,
-            remember: Duration::from_secs(1),
-        },
-    );
-    let maintenance = spawn_maintenance(&pool, MaintenanceOptions::default());
-    let (ledger, pool) = (web::Data::new(ledger), web::Data::new(pool));
+    let ledger = idempotency_ledger::open(&url, options).map_err(std::io::Error::other)?;
+    let maintenance = spawn_maintenance(ledger.pool(), Default::default());
+    let pool = web::Data::new(ledger.pool().clone());
+    let ledger = web::Data::new(ledger);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(ledger.clone())
