@@ -7,16 +7,18 @@
 //!
 //! One user and one key, created by clients through two server processes
 //! that share one PostgreSQL database. A request runs as `Ledger::execute`
-//! does: while every write admission slot of its process is taken it is
-//! refused `503` on arrival (the shed); otherwise it enters its process's
-//! in-flight registry for the key (a duplicate waits there holding nothing,
-//! up to its wait bound; past the per-key waiter cap it is refused at once;
-//! a holder past its lease is waited for no longer); the holder reads the key's entry (a replay or a
+//! does (the protocol's statement is
+//! `crates/idempotency-ledger/src/protocol.rs`): while every write
+//! admission slot of its process is taken it is refused `503` on arrival
+//! (the shed); otherwise it enters its process's in-flight registry for the
+//! key (a duplicate waits there holding nothing, up to its wait bound; past
+//! the per-key waiter cap it is refused at once; a holder past its lease is
+//! waited for no longer); the holder reads the key's entry (a replay or a
 //! refusal); without one it takes a write admission slot (none free:
 //! `503`), tries the one-statement create once, and otherwise runs the
-//! record-last unit: `BEGIN`, the key's advisory lock (held by another
-//! process's unit: roll back, release everything, look again), the order's
-//! `INSERT … ON CONFLICT DO NOTHING` under `UNIQUE (user_id,
+//! record-last unit: `BEGIN`, a try of the key's advisory lock (held by
+//! another process's unit: roll back, release everything, look again), the
+//! order's `INSERT … ON CONFLICT DO NOTHING` under `UNIQUE (user_id,
 //! idempotency_key)`, the lease fence, the entry's `INSERT … ON CONFLICT DO
 //! NOTHING`, `COMMIT`, and only then the answer. A process may be killed
 //! at any step (its open transactions vanish; a `COMMIT` or a one-statement
