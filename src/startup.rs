@@ -104,10 +104,16 @@ impl Application {
             .admission()
             .bound()
             .saturating_add(READ_BLOCKING_THREADS);
+        // The mutations' checks before the ledger (`http::mutation`).
+        let idempotent = http::mutation::IdempotentConfig {
+            limit: state.max_body_bytes,
+            ..Default::default()
+        };
         let origins = settings.cors_origins();
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(idempotent)
                 .configure(http::routes)
                 .wrap(http::cors(&origins))
                 .wrap(http::error::problem_for_every_error())

@@ -1,66 +1,14 @@
-//! Request bodies: media type, size limit and strict JSON syntax.
+//! A request body as the orders routes read it: the value `serde_json`
+//! builds (numbers keep their exact text), strictly (a member named twice
+//! is refused). Its media type, size and syntax are checked before, by the
+//! ledger's extractor (`idempotency_ledger::actix::Idempotent`).
 
 use std::fmt;
-use std::time::Duration;
 
-use actix_web::http::header;
-use actix_web::{HttpMessage, HttpRequest, web};
-use futures_util::StreamExt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use super::error::ApiError;
-
-/// Whether a request's `Content-Type` is `application/json` (parameters such
-/// as `charset=utf-8` allowed).
-pub fn is_json(req: &HttpRequest) -> bool {
-    matches!(req.mime_type(), Ok(Some(m)) if m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none())
-}
-
-/// How long a request body may take to arrive, counted from the moment its
-/// head was read: a body still incomplete then is answered `408` and the
-/// connection closed, before anything is recorded. With
-/// `CLIENT_REQUEST_TIMEOUT` for the head, a trickling client holds a
-/// connection at most their sum.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Reads the whole body, refusing more than `limit` bytes, or one that has
-/// not fully arrived within [`BODY_TIMEOUT`].
-pub async fn read_limited(
-    req: &HttpRequest,
-    payload: web::Payload,
-    limit: usize,
-) -> Result<web::Bytes, ApiError> {
-    actix_web::rt::time::timeout(BODY_TIMEOUT, read_all(req, payload, limit))
-        .await
-        .map_err(|_| ApiError::BodyTimeout(BODY_TIMEOUT))?
-}
-
-async fn read_all(
-    req: &HttpRequest,
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<web::Bytes, ApiError> {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::PayloadTooLarge(limit));
-    }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0));
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::MalformedJson(format!("the request body could not be read: {e}"))
-        })?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::PayloadTooLarge(limit));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
-}
 
 /// Parses JSON strictly, in one pass: syntax errors and duplicate member
 /// names (at any depth) are `400 MALFORMED_JSON`. The value is the one

@@ -2,7 +2,7 @@
 //! handler carries its `#[utoipa::path]`, each body type its schema. What
 //! every operation shares because of the middleware (`X-Request-Id`, the
 //! bearer token and its `401` under `/v1`, the `5xx` problems), and what every
-//! mutation shares because it runs through [`super::mutation::Mutation`] (the
+//! mutation shares because it runs through [`super::mutation::execute`] (the
 //! `Idempotency-Key` header, the `400`/`413`/`415` of its checks, the ledger's
 //! `409` and `Idempotent-Replayed` on the answers a replay can give), is added
 //! here once, by `Shared`.
@@ -33,7 +33,7 @@ use idempotency_ledger as idempotency;
 pub const BEARER: &str = "bearer";
 /// The header [`crate::telemetry::observe`] reads and sets, as the document spells it.
 const REQUEST_ID: &str = "X-Request-Id";
-/// The methods whose handlers run through [`super::mutation::Mutation`].
+/// The methods whose handlers run through [`super::mutation::execute`].
 const MUTATING: [&str; 4] = ["put", "post", "patch", "delete"];
 /// The answers of a mutation that no replay gives: the checks before the
 /// ledger (`400`, `401`, `408`, `413`, `415`, the route's `422`), and a `201`,
@@ -275,7 +275,7 @@ fn add_header_parameter(
 }
 
 /// What every mutation can answer besides its handler's own responses: the
-/// problems of [`super::mutation::Mutation`]'s checks, the ledger's `409`
+/// problems of [`super::mutation::execute`]'s checks, the ledger's `409`
 /// (after the handler's own `409` codes, if it has any), and
 /// `Idempotent-Replayed` on each answer a replay can give.
 fn add_mutation_responses(operation: &mut Operation) {

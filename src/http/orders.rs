@@ -12,12 +12,13 @@ use utoipa::ToSchema;
 
 use super::auth::AuthUser;
 use super::error::{ApiError, Problem};
-use super::mutation::{BodyRule, Mutation, MutationCtx, json_reply};
+use super::mutation::{self, json_reply};
 use super::{AppState, bounded_read};
 use crate::orders::input::{parse_new_order, parse_order_patch};
 use crate::orders::model::{Order, OrderView};
 use crate::orders::{self, Created, Cursor};
 use idempotency_ledger::Completion;
+use idempotency_ledger::actix::{Caller, Idempotent};
 
 pub const DEFAULT_PAGE_SIZE: u8 = 20;
 pub const MAX_PAGE_SIZE: u8 = 100;
@@ -91,34 +92,35 @@ fn location(order: &Order) -> String {
 )]
 pub async fn create(
     req: HttpRequest,
-    payload: web::Payload,
+    user: AuthUser,
+    idem: Idempotent,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let mutation = Mutation::prepare(&req, payload, &state, BodyRule::Json).await?;
-    let new = parse_new_order(mutation.json()).map_err(ApiError::Validation)?;
+) -> actix_web::Result<HttpResponse> {
+    let new = parse_new_order(&mutation::json(&idem)?).map_err(ApiError::Validation)?;
     // Made only for a key the ledger has no entry for: a replay makes no id.
-    let make = move |ctx: &MutationCtx| {
-        let order = orders::prepare(&ctx.user_id, &ctx.fingerprint, new);
+    let make = move |caller: &Caller| {
+        let order = orders::prepare(&caller.user, &caller.fingerprint, new);
         let created = json_reply(StatusCode::CREATED, &order.view(), Some(location(&order)));
-        (orders::new_row(&order, &ctx.key), created)
+        (orders::new_row(&order, &caller.key), created)
     };
-    mutation
-        .execute_insert(state, make, |tx, ctx| {
-            Ok(
-                match orders::existing(tx, &ctx.user_id, &ctx.key, &ctx.fingerprint)? {
-                    // The ledger entry of the request that created this order
-                    // was purged; the UNIQUE (user_id, idempotency_key) column
-                    // still knows it. Answer from the order, record nothing.
-                    Created::Existing(order) => Completion::ReplayFound(json_reply(
-                        StatusCode::OK,
-                        &order.view(),
-                        Some(location(&order)),
-                    )),
-                    Created::KeyReused => Completion::KeyReusedFound,
-                },
-            )
-        })
-        .await
+    let found = |tx: &mut idempotency_ledger::LedgerTx<'_, '_>,
+                 caller: &Caller|
+     -> Result<Completion, ApiError> {
+        Ok(
+            match orders::existing(tx, &caller.user, &caller.key, &caller.fingerprint)? {
+                // The ledger entry of the request that created this order
+                // was purged; the UNIQUE (user_id, idempotency_key) column
+                // still knows it. Answer from the order, record nothing.
+                Created::Existing(order) => Completion::ReplayFound(json_reply(
+                    StatusCode::OK,
+                    &order.view(),
+                    Some(location(&order)),
+                )),
+                Created::KeyReused => Completion::KeyReusedFound,
+            },
+        )
+    };
+    mutation::execute_insert(&req, user, idem, &state, make, found).await
 }
 
 /// Reads one of the caller's orders.
@@ -238,23 +240,22 @@ pub async fn list(
 )]
 pub async fn update(
     req: HttpRequest,
+    user: AuthUser,
     id: web::Path<String>,
-    payload: web::Payload,
+    idem: Idempotent,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let mutation = Mutation::prepare(&req, payload, &state, BodyRule::Json).await?;
-    let patch = parse_order_patch(mutation.json()).map_err(ApiError::Validation)?;
+) -> actix_web::Result<HttpResponse> {
+    let patch = parse_order_patch(&mutation::json(&idem)?).map_err(ApiError::Validation)?;
     let id = id.into_inner();
-    mutation
-        .execute(state, move |tx, ctx| {
-            let order = orders::update(tx, &ctx.user_id, &id, &patch)?;
-            Ok(Completion::Record(json_reply(
-                StatusCode::OK,
-                &order.view(),
-                None,
-            )))
-        })
-        .await
+    mutation::execute(&req, user, idem, &state, move |tx, caller| {
+        let order = orders::update(tx, &caller.user, &id, &patch)?;
+        Ok(Completion::Record(json_reply(
+            StatusCode::OK,
+            &order.view(),
+            None,
+        )))
+    })
+    .await
 }
 
 /// Cancels an order: its `status` becomes `cancelled`.
@@ -274,20 +275,19 @@ pub async fn update(
 )]
 pub async fn cancel(
     req: HttpRequest,
+    user: AuthUser,
     id: web::Path<String>,
-    payload: web::Payload,
+    idem: Idempotent,
     state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let mutation = Mutation::prepare(&req, payload, &state, BodyRule::Optional).await?;
+) -> actix_web::Result<HttpResponse> {
     let id = id.into_inner();
-    mutation
-        .execute(state, move |tx, ctx| {
-            let order = orders::cancel(tx, &ctx.user_id, &id)?;
-            Ok(Completion::Record(json_reply(
-                StatusCode::OK,
-                &order.view(),
-                None,
-            )))
-        })
-        .await
+    mutation::execute(&req, user, idem, &state, move |tx, caller| {
+        let order = orders::cancel(tx, &caller.user, &id)?;
+        Ok(Completion::Record(json_reply(
+            StatusCode::OK,
+            &order.view(),
+            None,
+        )))
+    })
+    .await
 }

@@ -100,6 +100,17 @@ pub enum Body {
     Optional,
 }
 
+impl IdempotentConfig {
+    /// The defaults, for a route that needs no body (a `POST …/cancel`,
+    /// say): `web::resource(…).app_data(IdempotentConfig::body_optional())`.
+    pub fn body_optional() -> Self {
+        Self {
+            body: Some(Body::Optional),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for IdempotentConfig {
     fn default() -> Self {
         Self {

@@ -79,6 +79,7 @@ pub fn canonical_json(body: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
         out: Vec::with_capacity(body.len()),
         whole: body,
         failed: None,
+        depth: 1,
     };
     let mut reader = serde_json::Deserializer::from_slice(body);
     let first = body
@@ -106,7 +107,14 @@ struct Writer<'w> {
     out: Vec<u8>,
     whole: &'w [u8],
     failed: Option<String>,
+    /// How many objects and arrays enclose the part being written.
+    depth: usize,
 }
+
+/// How deep objects and arrays may nest: `serde_json`'s own limit, which
+/// refuses the 128th level (each part is read by a reader of its own, so
+/// the depth is counted here).
+const MAX_DEPTH: usize = 128;
 
 /// Writes the canonical form of the object or array it is handed.
 struct Canonical<'a, 'w>(&'a mut Writer<'w>);
@@ -210,11 +218,25 @@ impl<'de> Visitor<'de> for Canonical<'_, '_> {
 /// whole document — where a one-pass reading of the whole reports it.
 fn part<E: de::Error>(raw: &RawValue, writer: &mut Writer<'_>) -> Result<(), E> {
     let text = raw.get();
+    let nested = matches!(text.as_bytes().first(), Some(b'{' | b'['));
+    if nested && writer.depth + 1 >= MAX_DEPTH {
+        if writer.failed.is_none() {
+            // Where serde_json reports it: just past the opening bracket.
+            let at = offset_in(text, writer.whole).saturating_add(1);
+            writer.failed = Some(format!(
+                "recursion limit exceeded at {}",
+                position(writer.whole, at)
+            ));
+        }
+        return Err(E::custom("nested too deep"));
+    }
+    writer.depth += 1;
     let read = match text.as_bytes().first() {
         Some(b'{') => serde_json::Deserializer::from_str(text).deserialize_map(Canonical(writer)),
         Some(b'[') => serde_json::Deserializer::from_str(text).deserialize_seq(Canonical(writer)),
         _ => scalar(text, &mut writer.out),
     };
+    writer.depth -= 1;
     read.map_err(|e| {
         if writer.failed.is_none() {
             writer.failed = Some(relocate(&e, text, writer.whole));
@@ -243,12 +265,21 @@ fn relocate(error: &serde_json::Error, part: &str, whole: &[u8]) -> String {
             .nth(n - 2)
             .map_or(0, |(i, _)| i + 1),
     };
-    let offset = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
-    let index = offset
+    let index = offset_in(part, whole)
         .saturating_add(line_start)
-        .saturating_add(error.column())
-        .min(whole.len());
-    let before = &whole[..index];
+        .saturating_add(error.column());
+    format!("{bare} at {}", position(whole, index))
+}
+
+/// Where `part` (a slice of `whole`) starts in `whole`.
+fn offset_in(part: &str, whole: &[u8]) -> usize {
+    (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize)
+}
+
+/// `line L column C` of an index of `whole`, as `serde_json` counts them
+/// (the column is the number of bytes since the line's start).
+fn position(whole: &[u8], index: usize) -> String {
+    let before = &whole[..index.min(whole.len())];
     let start_of_line = before
         .iter()
         .rposition(|b| *b == b'\n')
@@ -257,7 +288,7 @@ fn relocate(error: &serde_json::Error, part: &str, whole: &[u8]) -> String {
         .iter()
         .filter(|b| **b == b'\n')
         .count();
-    format!("{bare} at line {line} column {}", index - start_of_line)
+    format!("line {line} column {}", before.len() - start_of_line)
 }
 
 /// A string, number or literal, from its text.
@@ -570,6 +601,12 @@ mod tests {
         let many: Vec<String> = (0..40).map(|i| format!("\"m{i}\":{i}")).collect();
         assert!(refused(&format!("{{{}}}", many.join(","))).is_ok());
         assert!(refused(&format!("{{{},\"m7\":0}}", many.join(","))).is_err());
+        // Nesting: refused at the depth, and where, serde_json refuses it.
+        for (depth, open, close) in [(127, "[", "]"), (128, "[", "]"), (300, "{\"a\":", "}")] {
+            let text = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+            let value = serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string());
+            assert_eq!(refused(&text).map(drop), value.map(drop), "depth {depth}");
+        }
         for bad in [
             "",
             "{",

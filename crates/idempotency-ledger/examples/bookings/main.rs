@@ -20,7 +20,7 @@ use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, embed_migrations};
-use idempotency_ledger::actix::{Body, Caller, Idempotent, IdempotentConfig};
+use idempotency_ledger::actix::{Caller, Idempotent, IdempotentConfig};
 use idempotency_ledger::db::{Conn, Pool};
 use idempotency_ledger::row::{Columns, Row};
 use idempotency_ledger::{
@@ -252,10 +252,7 @@ async fn main() -> std::io::Result<()> {
             .route("/bookings", web::post().to(create))
             .service(
                 web::resource("/bookings/{id}/cancel")
-                    .app_data(IdempotentConfig {
-                        body: Some(Body::Optional),
-                        ..Default::default()
-                    })
+                    .app_data(IdempotentConfig::body_optional())
                     .route(web::post().to(cancel)),
             )
             .route("/bookings/{id}", web::get().to(get))
