@@ -4,6 +4,7 @@
 #[cfg(feature = "actix-web")]
 pub mod actix;
 pub mod admission;
+pub mod columns;
 pub mod db;
 #[cfg(feature = "fault-points")]
 pub mod fault;
