@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::chaos::ChaosReport;
 use super::history::{Checked, HistoryReport, Rule};
-use super::probe::{Exchange, trim};
+use super::probe::{EVIDENCE_CHARS, Exchange, fold, trim};
 use super::{AtkError, CheckReport, Format, RunReport, Verdict};
 
 /// Violations shown in full in a text report; the rest are counted.
@@ -68,8 +68,13 @@ fn text(report: &RunReport) -> String {
     };
     let _ = writeln!(
         out,
-        "orders-api atk against {}{} ({auth}; run {}, orders' item {})\n",
+        "orders-api atk against {}{} ({auth}; run {}, orders' item {})",
         report.server, report.shape.base_path, report.run_id, report.item
+    );
+    let _ = writeln!(
+        out,
+        "bodies cut to {FULL_BODY_CHARS} characters, whitespace folded, repeated lines \
+         counted (the JSON report keeps each body's first {EVIDENCE_CHARS})\n"
     );
     for check in &report.checks {
         let _ = writeln!(
@@ -86,6 +91,12 @@ fn text(report: &RunReport) -> String {
         let _ = writeln!(
             out,
             "\nkept the {} order(s) of this run (item {}, --keep)",
+            cleanup.orders, report.item
+        );
+    } else if let Some(why) = &cleanup.not_tried {
+        let _ = writeln!(
+            out,
+            "\nleft the {} order(s) of this run (item {}) as they are: {why}",
             cleanup.orders, report.item
         );
     } else {
@@ -170,11 +181,30 @@ pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
         let _ = writeln!(out, "{indent}no answer: {request}");
     }
     let full = !check.blocked();
-    for exchange in &check.control {
-        out.push_str(&exchange_text(exchange, indent, "control: ", full));
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    let exchanges = check
+        .control
+        .iter()
+        .map(|e| exchange_text(e, indent, "control: ", full))
+        .chain(
+            check
+                .exchanges
+                .iter()
+                .map(|e| exchange_text(e, indent, "", full)),
+        );
+    for text in exchanges {
+        match lines.iter_mut().find(|(seen, _)| *seen == text) {
+            Some((_, count)) => *count += 1,
+            None => lines.push((text, 1)),
+        }
     }
-    for exchange in &check.exchanges {
-        out.push_str(&exchange_text(exchange, indent, "", full));
+    for (text, count) in lines {
+        match count {
+            1 => out.push_str(&text),
+            n => {
+                let _ = writeln!(out, "{} (×{n})", text.trim_end_matches('\n'));
+            }
+        }
     }
     out
 }
@@ -194,7 +224,11 @@ fn exchange_text(exchange: &Exchange, indent: &str, prefix: &str, full: bool) ->
         let _ = write!(line, " {name}: {value}");
     }
     if full && let Some(body) = &request.body {
-        let _ = write!(line, "\n{indent}  body {}", trim(body, FULL_BODY_CHARS));
+        let _ = write!(
+            line,
+            "\n{indent}  body {}",
+            trim(&fold(body), FULL_BODY_CHARS)
+        );
     }
     let arrow = if full {
         format!("\n{indent}  →")
@@ -208,7 +242,7 @@ fn exchange_text(exchange: &Exchange, indent: &str, prefix: &str, full: bool) ->
                 for (name, value) in &answer.headers {
                     let _ = write!(line, " {name}: {value}");
                 }
-                let _ = write!(line, " {}", trim(&answer.body, FULL_BODY_CHARS));
+                let _ = write!(line, " {}", trim(&fold(&answer.body), FULL_BODY_CHARS));
             }
         }
         (None, Some(error)) => {
