@@ -20,6 +20,7 @@ pub mod checks;
 pub mod history;
 pub mod internals;
 pub mod invariants;
+mod output;
 pub mod probe;
 mod report;
 pub mod shape;
@@ -505,7 +506,7 @@ pub fn run(args: &AtkArgs) -> Result<(), AtkError> {
     let mut report = run_attacks(&target, &attacks, args.keep);
     report.strict = args.strict;
 
-    report::emit(
+    output::emit(
         &report::render(&report, Format::Text),
         &|format| report::render(&report, format),
         args.format,
