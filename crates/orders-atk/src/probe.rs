@@ -938,3 +938,86 @@ pub(crate) fn request(
 ) -> Result<Response, String> {
     crate::wire::exchange(agent, method, url, headers, body).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_overlap_only_when_one_was_sent_before_another_was_answered() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // One after the other: answered before the next was sent.
+        assert!(!overlapped(vec![
+            (at(0), at(2)),
+            (at(3), at(5)),
+            (at(6), at(7))
+        ]));
+        assert!(!overlapped(vec![(at(0), at(1))]));
+        assert!(!overlapped(Vec::new()));
+        // The third sent while the second was in flight, in any order given.
+        assert!(overlapped(vec![
+            (at(6), at(9)),
+            (at(0), at(2)),
+            (at(3), at(7))
+        ]));
+    }
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.to_owned(),
+        }
+    }
+
+    #[test]
+    fn an_answer_looks_like_the_idempotency_layer_s_when_it_replays_or_speaks_of_a_reused_key() {
+        let mut target = Target::new("http://127.0.0.1:1");
+        target.shape.replay_header = "X-Idempotent-Replayed".into();
+        let probe = Probe::new(&target);
+        for layer in [
+            answer(
+                409,
+                &[],
+                r#"{"error":"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD"}"#,
+            ),
+            answer(
+                422,
+                &[],
+                "Idempotency key already used with another request payload",
+            ),
+            answer(
+                409,
+                &[],
+                r#"{"message":"A request with this key is in progress"}"#,
+            ),
+            answer(201, &[("x-idempotent-replayed", "true")], r#"{"id":1}"#),
+        ] {
+            assert!(probe.layer_answer(&layer).is_some(), "{layer:?}");
+        }
+        for application in [
+            answer(
+                422,
+                &[],
+                r#"{"errors":["quantity must be a positive integer"]}"#,
+            ),
+            answer(
+                400,
+                &[],
+                r#"{"error":"Idempotency-Key header is required"}"#,
+            ),
+            answer(409, &[], r#"{"error":"ORDER_NOT_PENDING"}"#),
+            answer(201, &[("Idempotent-Replayed", "true")], r#"{"id":1}"#),
+            answer(500, &[], "key reused"),
+        ] {
+            assert!(
+                probe.layer_answer(&application).is_none(),
+                "{application:?}"
+            );
+        }
+    }
+}
