@@ -131,6 +131,36 @@ fn keys_without_a_bound_are_exposed_once_keys_of_8_and_64_kib_are_stored_and_rep
 }
 
 #[test]
+fn an_http_server_s_header_limit_is_a_bound_too_found_by_bisection() {
+    // No bound in the layer; the server refuses heads over 16 KiB (431).
+    let double = Layered::start(
+        Layer {
+            max_key: None,
+            head_limit: Some(16 * 1024),
+            ..Layer::CAREFUL
+        },
+        App::STRICT,
+    );
+
+    let report = run(&double, "EXT-03", 8);
+
+    assert!(report.blocked(), "{}", report.evidence());
+    let bound = report.deviations.iter().find(|d| {
+        d.starts_with("keys are bounded at ") && d.contains("65536 characters was answered 431")
+    });
+    let Some(bound) = bound else {
+        panic!("{}", report.evidence())
+    };
+    // The bound found is the longest key whose request head fits in 16 KiB.
+    let found: usize = bound["keys are bounded at ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{bound}"));
+    assert!((16 * 1024 - 400..16 * 1024).contains(&found), "{bound}");
+}
+
+#[test]
 fn an_express_error_page_in_a_500_is_internals_wherever_the_application_lives() {
     let page = include_str!("fixtures/internals/express-500.html");
     let double = Layered::start(
