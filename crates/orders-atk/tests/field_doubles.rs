@@ -87,26 +87,30 @@ fn a_refusal_that_the_idempotency_layer_gave_instead_of_the_application_is_named
 }
 
 #[test]
-fn a_key_bound_of_256_is_a_deviation_that_names_the_bound_not_an_exposure() {
-    let double = Layered::start(
-        Layer {
-            max_key: Some(256),
-            ..Layer::CAREFUL
-        },
-        App::STRICT,
-    );
+fn a_key_bound_of_256_or_128_is_a_deviation_that_names_the_bound_not_an_exposure() {
+    for bound in [256, 128] {
+        let double = Layered::start(
+            Layer {
+                max_key: Some(bound),
+                ..Layer::CAREFUL
+            },
+            App::STRICT,
+        );
 
-    let report = run(&double, "EXT-03", 8);
+        let report = run(&double, "EXT-03", 8);
 
-    assert!(report.blocked(), "{}", report.evidence());
-    assert!(
-        report
-            .deviations
-            .iter()
-            .any(|d| d.contains("keys are bounded at 256 characters")),
-        "{}",
-        report.evidence()
-    );
+        assert!(report.blocked(), "{bound}: {}", report.evidence());
+        let says = format!(
+            "keys are bounded at {bound} characters where the contract says 255 ({bound} \
+             accepted, {} refused",
+            bound + 1
+        );
+        assert!(
+            report.deviations.iter().any(|d| d.starts_with(&says)),
+            "{says}\n{}",
+            report.evidence()
+        );
+    }
 }
 
 #[test]
