@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::DEFAULT_WRITE_ADMISSION;
 use idempotency_ledger::{DEFAULT_WAITERS_PER_KEY, Ledger};
 
 use crate::db::{DatabaseUrl, Pool, PoolOptions};

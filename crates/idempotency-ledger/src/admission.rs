@@ -31,7 +31,7 @@ pub struct Admission {
 
 /// One admitted write's slot; dropping it frees the slot.
 #[derive(Debug)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     admitted: Arc<AtomicUsize>,
 }
 
@@ -43,7 +43,7 @@ impl Drop for Admitted {
 
 impl Admission {
     /// Admits at most `bound` writes at once (at least one).
-    pub fn new(bound: u32) -> Self {
+    pub(crate) fn new(bound: u32) -> Self {
         Self {
             admitted: Arc::default(),
             bound: usize::try_from(bound).unwrap_or(usize::MAX).max(1),
@@ -67,7 +67,7 @@ impl Admission {
     }
 
     /// A slot, or `None` at once when all are taken.
-    pub fn try_admit(&self) -> Option<Admitted> {
+    pub(crate) fn try_admit(&self) -> Option<Admitted> {
         self.admitted
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.bound).then_some(n + 1)

@@ -84,3 +84,16 @@ pub enum Failure {
     /// Anything else: a defect, answered with an opaque `500`.
     Internal,
 }
+
+/// How a backend's one-go create ([`Storage::create`]) ended.
+///
+/// [`Storage::create`]: crate::protocol::Storage::create
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// The row and the entry are committed.
+    Written,
+    /// Nothing was written: the unit decides.
+    Undecided,
+    /// Another transaction holds a lock of the key's past its lock wait.
+    InProgress,
+}

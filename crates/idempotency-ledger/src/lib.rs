@@ -141,7 +141,7 @@
 //!   [`Ledger::execute`], and the [`Storage`](protocol::Storage) they ask
 //!   of a database;
 //! - [`Ledger`]: what a request asks and how it is answered; write
-//!   admission ([`admission`]), the keys in flight, the memory of what
+//!   admission ([`Admission`]), the keys in flight, the memory of what
 //!   reads found, the purge;
 //! - [`db`]: the pool of either backend (SQLite's group-committing writer,
 //!   PostgreSQL's tried lock and one-statement create); [`row`]: a row
@@ -150,7 +150,7 @@
 
 #![warn(missing_docs)]
 
-pub mod admission;
+mod admission;
 mod conn;
 mod entry;
 mod failure;
@@ -173,6 +173,7 @@ pub mod schema;
 mod sqlite;
 mod work;
 
+pub use admission::{Admission, DEFAULT_WRITE_ADMISSION};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use key::{HEADER, IdempotencyKey, KeyError, MAX_LEN};
 pub use ledger::{
@@ -216,16 +217,21 @@ pub mod db {
     //!   lease's timeouts; a unit is a read-committed transaction run on a
     //!   blocking thread.
 
-    pub use crate::conn::{COMMIT_GRACE, Conn, Failure, WriteError, write_bound};
-    pub use crate::entry::{count, purge_batch};
-    pub use crate::failure::classify;
+    // The pool, its connections, and a unit's failures.
+    pub use crate::conn::{COMMIT_GRACE, Conn, WriteError, write_bound};
     pub use crate::options::{ConnectError, PoolOptions, one_line};
+    pub use crate::pool::{Backend, Pool, PooledConn, Unavailable};
+    // How a failed query is answered, whatever the server's language.
+    pub use crate::conn::Failure;
+    pub use crate::failure::classify;
+    pub use crate::pg::session::drop_if_lost;
+    // The ledger's table, for a command or an operator: its size, a purge
+    // batch in the caller's transaction, PostgreSQL's purge statement (to
+    // `EXPLAIN` it), and a key's advisory lock (to see it in `pg_locks`).
+    pub use crate::entry::{count, purge_batch};
     pub use crate::pg::lock::{PG_LOCK_WAIT, lock_id};
     pub use crate::pg::purge::PURGE_POSTGRES;
-    pub use crate::pg::session::drop_if_lost;
-    pub use crate::pool::{Backend, Pool, PooledConn, Unavailable};
+    // SQLite's sessions, and timestamps as it stores them.
     pub use crate::sqlite::session::{SQLITE_BUSY_TIMEOUT, SqliteSession, timestamp_text};
-    pub use crate::sqlite::writer::{WriterHealth, WriterStats};
-
     pub use crate::sqlite::writer;
 }

@@ -10,14 +10,14 @@ use diesel::r2d2::PooledConnection;
 use diesel::result::Error as DieselError;
 
 use crate::Ledger;
-use crate::conn::{Conn, StorageError, WriteError};
+use crate::conn::{Conn, Created, StorageError, WriteError};
 use crate::entry::{self, Entry, NewEntry};
 use crate::ledger::LedgerError;
 use crate::options::{ConnectError, PoolOptions};
 use crate::pg::pool::PgPool;
 use crate::pg::session::PgManager;
 use crate::pg::share::WriteConnection;
-use crate::protocol::{Created, Storage};
+use crate::protocol::Storage;
 use crate::row::Row;
 use crate::sqlite::pool::SqlitePool;
 use crate::sqlite::session::SqliteManager;

@@ -106,13 +106,13 @@ use diesel::result::Error as DieselError;
 use tokio::time::Instant;
 
 use crate::Ledger;
-pub use crate::conn::StorageError;
+use crate::admission::Admitted;
 use crate::conn::{Conn, Failure, WriteError};
+pub use crate::conn::{Created, StorageError};
 pub use crate::entry::{Entry, NewEntry};
 use crate::failure::classify;
 use crate::inflight::{Entered, Running};
-use crate::ledger::unreplayable;
-use crate::ledger::{Completion, LedgerError, LedgerRequest, LedgerTx, Outcome};
+use crate::ledger::{Completion, LedgerError, LedgerRequest, LedgerTx, Outcome, unreplayable};
 use crate::response::Unreplayable;
 use crate::row::Row;
 use crate::work::{Abort, Work};
@@ -172,17 +172,6 @@ pub trait Storage: Send + Sync + 'static {
         let _ = (row, entry);
         async { Ok(Created::Undecided) }
     }
-}
-
-/// How a backend's [`Storage::create`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Created {
-    /// The row and the entry are committed.
-    Written,
-    /// Nothing was written: the unit decides.
-    Undecided,
-    /// Another transaction holds a lock of the key's past its lock wait.
-    InProgress,
 }
 
 /// How one try of the unit ended.
@@ -340,15 +329,13 @@ impl<S: Storage> Ledger<S> {
     }
 
     /// Step 3: a write slot, and the storage's share.
-    async fn admit<E>(&self) -> Result<(crate::admission::Admitted, S::Share), LedgerError<E>> {
+    async fn admit<E>(&self) -> Result<(Admitted, S::Share), LedgerError<E>> {
         let slot = self
             .admission()
             .try_admit()
             .ok_or(LedgerError::Overloaded)?;
-        let share = self.pool().share().await;
-        let share = share
-            .ok_or_else(|| LedgerError::Unavailable("no write connection came free".into()))?;
-        Ok((slot, share))
+        let no_share = || LedgerError::Unavailable("no write connection came free".into());
+        Ok((slot, self.pool().share().await.ok_or_else(no_share)?))
     }
 
     /// Step 4 in one go, where the backend can: a change that is one row.
@@ -418,15 +405,8 @@ impl<S: Storage> Ledger<S> {
                     return Err(Abort::Fail(LedgerError::LeaseExpired));
                 }
                 Completion::Record(response) => {
-                    let entry = NewEntry::new(
-                        key.clone(),
-                        user.clone(),
-                        fingerprint.clone(),
-                        &response,
-                        now,
-                        expires_at,
-                    );
-                    if S::record(conn, &entry)? {
+                    let (k, u, f) = (key.clone(), user.clone(), fingerprint.clone());
+                    if S::record(conn, &NewEntry::new(k, u, f, &response, now, expires_at))? {
                         return Ok(Outcome::Executed(response));
                     }
                     Outcome::InProgress

@@ -16,10 +16,9 @@ use diesel::sql_types::BigInt;
 
 use super::lock::lock_id;
 use super::session::{PgManager, checked_out, drop_if_lost};
-use crate::conn::{Failure, StorageError, answered_in_time};
+use crate::conn::{Created, Failure, StorageError, answered_in_time};
 use crate::entry::NewEntry;
 use crate::failure::classify;
-use crate::protocol::Created;
 use crate::row::{self, Row, Source};
 
 /// Runs the create for `row` with the entry `entry` makes.

@@ -15,10 +15,10 @@ use super::lock;
 use super::session::{PgManager, PgSession, checked_out, drop_if_lost};
 use super::share::{WriteConnection, WriteConnections};
 use super::wording::learn_wording;
-use crate::conn::{Conn, StorageError, WriteError, answered_in_time};
+use crate::conn::{Conn, Created, StorageError, WriteError, answered_in_time};
 use crate::entry::{self, Entry, NewEntry};
 use crate::options::{ConnectError, PoolOptions, pool_builder};
-use crate::protocol::{Created, Storage};
+use crate::protocol::Storage;
 use crate::row::Row;
 
 /// PostgreSQL: one pool of connections for reads and writes.
