@@ -61,6 +61,29 @@ pub enum WriteError {
     Panicked(String),
 }
 
+/// Why a connection could not be checked out at request time.
+#[derive(Debug, thiserror::Error)]
+#[error("no database connection available: {0}")]
+pub struct Unavailable(pub(crate) String);
+
+/// A read's answer, or unavailable at `bound`: a read that does not come
+/// back (a frozen file system, a server that stopped answering) keeps its
+/// blocking thread and its connection until it returns, but its caller is
+/// answered.
+pub(crate) async fn read_in_time<T>(
+    bound: Duration,
+    read: tokio::task::JoinHandle<Result<T, StorageError>>,
+) -> Result<T, StorageError> {
+    match tokio::time::timeout(bound, read).await {
+        Ok(Ok(found)) => found,
+        Ok(Err(lost)) => Err(StorageError::Internal(lost.to_string())),
+        Err(_) => Err(StorageError::Unavailable(format!(
+            "the read of the key had no answer within {} s",
+            bound.as_secs()
+        ))),
+    }
+}
+
 /// Why a read (or a backend's one-statement create) could not answer.
 #[derive(Debug)]
 pub enum StorageError {
@@ -85,9 +108,7 @@ pub enum Failure {
     Internal,
 }
 
-/// How a backend's one-go create ([`Storage::create`]) ended.
-///
-/// [`Storage::create`]: crate::protocol::Storage::create
+/// How a backend's one-go create (`Storage::create`) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Created {
     /// The row and the entry are committed.

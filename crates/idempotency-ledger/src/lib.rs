@@ -218,9 +218,9 @@ pub mod db {
     //!   blocking thread.
 
     // The pool, its connections, and a unit's failures.
-    pub use crate::conn::{COMMIT_GRACE, Conn, WriteError, write_bound};
+    pub use crate::conn::{COMMIT_GRACE, Conn, Unavailable, WriteError, write_bound};
     pub use crate::options::{ConnectError, PoolOptions, one_line};
-    pub use crate::pool::{Backend, Pool, PooledConn, Unavailable};
+    pub use crate::pool::{Backend, Pool, PooledConn};
     // How a failed query is answered, whatever the server's language.
     pub use crate::conn::Failure;
     pub use crate::failure::classify;

@@ -10,7 +10,7 @@ use diesel::r2d2::PooledConnection;
 use diesel::result::Error as DieselError;
 
 use crate::Ledger;
-use crate::conn::{Conn, Created, StorageError, WriteError};
+use crate::conn::{Conn, Created, StorageError, Unavailable, WriteError};
 use crate::entry::{self, Entry, NewEntry};
 use crate::ledger::LedgerError;
 use crate::options::{ConnectError, PoolOptions};
@@ -48,11 +48,6 @@ pub enum PooledConn {
     /// A PostgreSQL connection.
     Postgres(PooledConnection<PgManager>),
 }
-
-/// Why a connection could not be checked out at request time.
-#[derive(Debug, thiserror::Error)]
-#[error("no database connection available: {0}")]
-pub struct Unavailable(String);
 
 impl Pool {
     /// Opens one connection first, so that a bad URL or an unreachable
@@ -101,10 +96,21 @@ impl Pool {
     /// workers.
     pub fn get(&self) -> Result<PooledConn, Unavailable> {
         match self {
-            Pool::Sqlite(p) => p.readers.get().map(PooledConn::Sqlite),
+            Pool::Sqlite(p) => p.get().map(PooledConn::Sqlite),
             Pool::Postgres(p) => p.get().map(PooledConn::Postgres),
         }
-        .map_err(|e| Unavailable(e.to_string()))
+    }
+
+    /// How long a read waits for its answer, its wait for a connection
+    /// included: twice the pool's connection timeout (a wait for a
+    /// connection, then as long for the statements). Past it the read is
+    /// answered unavailable while its blocking thread, which a frozen file
+    /// system or a server that stopped answering may hold for good, keeps
+    /// its connection until the read returns: a pool whose every connection
+    /// is stuck answers every read unavailable within this bound, and
+    /// serves again as soon as they come back.
+    pub fn read_bound(&self) -> Duration {
+        self.connection_timeout().saturating_mul(2)
     }
 
     /// What the SQLite writer has done (`None` on PostgreSQL, or before the

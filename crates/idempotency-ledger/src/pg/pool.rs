@@ -15,7 +15,9 @@ use super::lock;
 use super::session::{PgManager, PgSession, checked_out, drop_if_lost};
 use super::share::{WriteConnection, WriteConnections};
 use super::wording::learn_wording;
-use crate::conn::{Conn, Created, StorageError, WriteError, answered_in_time};
+use crate::conn::{
+    Conn, Created, StorageError, Unavailable, WriteError, answered_in_time, read_in_time,
+};
 use crate::entry::{self, Entry, NewEntry};
 use crate::options::{ConnectError, PoolOptions, pool_builder};
 use crate::protocol::Storage;
@@ -31,6 +33,9 @@ pub struct PgPool {
     /// How long a unit waits for its write connection.
     connection_timeout: Duration,
     share: WriteConnections,
+    /// The key of its [`Point::Read`](crate::fault::Point::Read).
+    #[cfg(feature = "fault-points")]
+    shown: Arc<str>,
 }
 
 impl PgPool {
@@ -51,12 +56,20 @@ impl PgPool {
             connections,
             lease: options.lease,
             connection_timeout: options.connection_timeout,
+            #[cfg(feature = "fault-points")]
+            shown: options.shown.as_str().into(),
         })
     }
 
-    /// A pooled connection, this thread's lost-connection mark cleared.
-    pub(crate) fn get(&self) -> Result<PooledConnection<PgManager>, r2d2::PoolError> {
-        checked_out(&self.connections)
+    /// A connection for reading (or a command's writing), this thread's
+    /// lost-connection mark cleared, waiting at most the pool's connection
+    /// timeout.
+    pub(crate) fn get(&self) -> Result<PooledConnection<PgManager>, Unavailable> {
+        let conn = checked_out(&self.connections).map_err(|e| Unavailable(e.to_string()))?;
+        #[cfg(feature = "fault-points")]
+        crate::fault::pass_blocking(crate::fault::Point::Read, &self.shown)
+            .map_err(|e| Unavailable(e.to_string()))?;
+        Ok(conn)
     }
 
     /// A unit, bounded by the lease plus the commit grace: past it the
@@ -139,19 +152,17 @@ impl Storage for PgPool {
         key: &str,
     ) -> impl Future<Output = Result<Option<Entry>, StorageError>> + Send {
         let (pool, key, user) = (self.clone(), key.to_owned(), user.to_owned());
+        let bound = self.connection_timeout.saturating_mul(2);
         let read = tokio::task::spawn_blocking(move || {
-            let mut c = pool.get().map_err(|e| {
-                StorageError::Unavailable(format!("no database connection available: {e}"))
-            })?;
+            let mut c = pool
+                .get()
+                .map_err(|e| StorageError::Unavailable(e.to_string()))?;
             let found = entry::find(&mut Conn::Postgres(&mut c), &key, &user);
             found
                 .inspect_err(drop_if_lost)
                 .map_err(StorageError::Database)
         });
-        async {
-            read.await
-                .map_err(|e| StorageError::Internal(e.to_string()))?
-        }
+        read_in_time(bound, read)
     }
 
     fn unit<F, T, E>(

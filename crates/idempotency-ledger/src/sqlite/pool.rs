@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel::r2d2::{self, ConnectionManager};
+use diesel::r2d2::{self, ConnectionManager, PooledConnection};
 use diesel::result::Error as DieselError;
 
 use super::session::{SqliteManager, SqliteSession};
 use super::writer::slot::WriterSlot;
 use super::writer::{WriterHealth, WriterStats};
-use crate::conn::{Conn, StorageError, WriteError};
+use crate::conn::{Conn, StorageError, Unavailable, WriteError, read_in_time};
 use crate::entry::{self, Entry, NewEntry};
 use crate::options::{ConnectError, PoolOptions, pool_builder};
 use crate::protocol::Storage;
@@ -27,6 +27,9 @@ pub struct SqlitePool {
     pub(crate) readers: r2d2::Pool<SqliteManager>,
     pub(crate) writer: Arc<WriterSlot>,
     lease: Duration,
+    /// The key of its [`Point::Read`](crate::fault::Point::Read).
+    #[cfg(feature = "fault-points")]
+    shown: Arc<str>,
 }
 
 impl SqlitePool {
@@ -46,7 +49,18 @@ impl SqlitePool {
             readers,
             writer: Arc::new(WriterSlot::new(url, session, queue, options.lease)),
             lease: options.lease,
+            #[cfg(feature = "fault-points")]
+            shown: options.shown.as_str().into(),
         })
+    }
+
+    /// A reader, waiting at most the pool's connection timeout.
+    pub(crate) fn get(&self) -> Result<PooledConnection<SqliteManager>, Unavailable> {
+        let reader = self.readers.get().map_err(|e| Unavailable(e.to_string()))?;
+        #[cfg(feature = "fault-points")]
+        crate::fault::pass_blocking(crate::fault::Point::Read, &self.shown)
+            .map_err(|e| Unavailable(e.to_string()))?;
+        Ok(reader)
     }
 
     /// What the writer has done, once it has started.
@@ -97,17 +111,15 @@ impl Storage for SqlitePool {
         user: &str,
         key: &str,
     ) -> impl Future<Output = Result<Option<Entry>, StorageError>> + Send {
-        let (readers, key, user) = (self.readers.clone(), key.to_owned(), user.to_owned());
+        let (pool, key, user) = (self.clone(), key.to_owned(), user.to_owned());
+        let bound = self.readers.connection_timeout().saturating_mul(2);
         let read = tokio::task::spawn_blocking(move || {
-            let mut c = readers.get().map_err(|e| {
-                StorageError::Unavailable(format!("no database connection available: {e}"))
-            })?;
+            let mut c = pool
+                .get()
+                .map_err(|e| StorageError::Unavailable(e.to_string()))?;
             entry::find(&mut Conn::Sqlite(&mut c), &key, &user).map_err(StorageError::Database)
         });
-        async {
-            read.await
-                .map_err(|e| StorageError::Internal(e.to_string()))?
-        }
+        read_in_time(bound, read)
     }
 
     fn unit<F, T, E>(
