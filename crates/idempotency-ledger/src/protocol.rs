@@ -128,7 +128,8 @@ pub trait Storage: Send + Sync + 'static {
     /// How long a unit may hold its key (the pool's lease).
     fn lease(&self) -> Duration;
 
-    /// **Find the entry** of `(user, key)`, outside any unit.
+    /// **Find the entry** of `(user, key)`, outside any unit; unavailable
+    /// past the pool's read bound ([`Pool::read_bound`](crate::db::Pool::read_bound)).
     fn find(
         &self,
         user: &str,
