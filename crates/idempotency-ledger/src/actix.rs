@@ -432,7 +432,7 @@ impl Idempotent {
     }
 
     /// [`Idempotent::execute`] for a mutation whose whole change is
-    /// inserting one row ([`Ledger::execute_insert_with`]): `make` builds
+    /// inserting one row ([`Ledger::execute_insert`]): `make` builds
     /// the row and the response it is recorded with, only for a key the
     /// ledger has no entry for; when the row's unique constraint finds one
     /// already, `found` says what it is (see [`Completion`]).
@@ -477,9 +477,7 @@ impl Idempotent {
         );
         let make = move || make(&make_caller);
         let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_caller));
-        let outcome = ledger
-            .execute_insert_with(request(&caller), make, found)
-            .await;
+        let outcome = ledger.execute_insert(request(&caller), make, found).await;
         Ran {
             outcome,
             key: Some(caller.key.clone()),

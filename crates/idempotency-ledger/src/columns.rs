@@ -3,21 +3,25 @@
 //! `f64`, NULL (an `Option` of a bool, a float, an integer, text or bytes),
 //! and a UUID ([`Uuid`]).
 
+#[cfg(feature = "postgres")]
 use diesel::pg::Pg;
 use diesel::query_builder::AstPass;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Bool, Double, Float, Integer, Nullable, Text};
+#[cfg(feature = "sqlite")]
 use diesel::sqlite::Sqlite;
 
 use crate::row::Bind;
 
 macro_rules! bind_as {
     ($rust:ty, $sqlite:ty, $pg:ty) => {
+        #[cfg(feature = "sqlite")]
         impl Bind<Sqlite> for $rust {
             fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
                 out.push_bind_param::<$sqlite, $rust>(self)
             }
         }
+        #[cfg(feature = "postgres")]
         impl Bind<Pg> for $rust {
             fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
                 out.push_bind_param::<$pg, $rust>(self)
@@ -37,12 +41,14 @@ bind_as!(Option<i64>, Nullable<BigInt>, Nullable<BigInt>);
 bind_as!(Option<String>, Nullable<Text>, Nullable<Text>);
 bind_as!(Option<Vec<u8>>, Nullable<Binary>, Nullable<Binary>);
 
+#[cfg(feature = "sqlite")]
 impl Bind<Sqlite> for Option<&str> {
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
         out.push_bind_param::<Nullable<Text>, Option<&str>>(self)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Bind<Pg> for Option<&str> {
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         out.push_bind_param::<Nullable<Text>, Option<&str>>(self)
@@ -72,12 +78,14 @@ impl Uuid {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl Bind<Sqlite> for Uuid {
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
         out.push_bind_param::<Text, String>(&self.text)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Bind<Pg> for Uuid {
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         out.push_bind_param::<diesel::sql_types::Uuid, uuid::Uuid>(&self.id)

@@ -19,18 +19,27 @@
 //! or on a connection of its own, runs them inside [`with_sqlite_lock`] or
 //! [`with_postgres_lock`] with diesel's `MigrationHarness`.
 
+#[cfg(feature = "postgres")]
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
+use diesel::PgConnection;
+#[cfg(feature = "sqlite")]
+use diesel::SqliteConnection;
+#[cfg(feature = "sqlite")]
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::{PgConnection, SqliteConnection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
-use crate::db::{Backend, SQLITE_BUSY_TIMEOUT};
+use crate::db::Backend;
+#[cfg(feature = "sqlite")]
+use crate::db::SQLITE_BUSY_TIMEOUT;
 
 /// The ledger's migrations on SQLite.
+#[cfg(feature = "sqlite")]
 pub const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 /// The ledger's migrations on PostgreSQL.
+#[cfg(feature = "postgres")]
 pub const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 
 /// The PostgreSQL advisory lock (session-scoped) that serialises the
@@ -38,6 +47,7 @@ pub const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migration
 pub const POSTGRES_MIGRATION_LOCK: i64 = 0x6c65_6467_6572_6d69;
 
 /// How long a process waits between two tries of [`POSTGRES_MIGRATION_LOCK`].
+#[cfg(feature = "postgres")]
 const LOCK_POLL: Duration = Duration::from_millis(100);
 
 /// Why the migrations could not run; the driver's words, never a password.
@@ -71,6 +81,7 @@ pub fn run(
     app: Option<EmbeddedMigrations>,
 ) -> Result<Vec<String>, MigrateError> {
     match backend {
+        #[cfg(feature = "sqlite")]
         Backend::Sqlite => {
             let mut conn = SqliteConnection::establish(url)?;
             with_sqlite_lock(&mut conn, |c| {
@@ -81,6 +92,7 @@ pub fn run(
                 Ok(applied)
             })
         }
+        #[cfg(feature = "postgres")]
         Backend::Postgres => {
             let mut conn = PgConnection::establish(url)?;
             with_postgres_lock(&mut conn, |c| {
@@ -91,6 +103,10 @@ pub fn run(
                 Ok(applied)
             })
         }
+        #[allow(unreachable_patterns)]
+        other => Err(MigrateError::Migrate(format!(
+            "this build of idempotency-ledger has no {other:?} backend (its cargo feature is off)"
+        ))),
     }
 }
 
@@ -105,6 +121,7 @@ fn versions(applied: Vec<diesel::migration::MigrationVersion<'_>>) -> Vec<String
 /// every migration applied. diesel's harness runs each migration in a
 /// savepoint of it. Everything `migrate` applies commits together, or
 /// nothing does.
+#[cfg(feature = "sqlite")]
 pub fn with_sqlite_lock<T>(
     conn: &mut SqliteConnection,
     migrate: impl FnOnce(&mut SqliteConnection) -> Result<T, HarnessError>,
@@ -117,11 +134,13 @@ pub fn with_sqlite_lock<T>(
         .map_err(MigrateError::from)
 }
 
+#[cfg(feature = "postgres")]
 diesel::define_sql_function! {
     /// PostgreSQL: takes a session-scoped advisory lock if it is free.
     fn pg_try_advisory_lock(key: diesel::sql_types::BigInt) -> diesel::sql_types::Bool;
 }
 
+#[cfg(feature = "postgres")]
 diesel::define_sql_function! {
     /// PostgreSQL: releases a session-scoped advisory lock.
     fn pg_advisory_unlock(key: diesel::sql_types::BigInt) -> diesel::sql_types::Bool;
@@ -133,6 +152,7 @@ diesel::define_sql_function! {
 /// `CREATE INDEX CONCURRENTLY` of the holder's would wait for. `migrate`
 /// runs outside any transaction (diesel's harness gives each migration its
 /// own, unless it says otherwise).
+#[cfg(feature = "postgres")]
 pub fn with_postgres_lock<T>(
     conn: &mut PgConnection,
     migrate: impl FnOnce(&mut PgConnection) -> Result<T, HarnessError>,
@@ -147,18 +167,21 @@ pub fn with_postgres_lock<T>(
 }
 
 /// A transaction's failure: the harness's or the transaction's own.
+#[cfg(feature = "sqlite")]
 #[derive(Debug)]
 enum Failed {
     Harness(HarnessError),
     Database(diesel::result::Error),
 }
 
+#[cfg(feature = "sqlite")]
 impl From<diesel::result::Error> for Failed {
     fn from(e: diesel::result::Error) -> Self {
         Failed::Database(e)
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl From<Failed> for MigrateError {
     fn from(e: Failed) -> Self {
         match e {

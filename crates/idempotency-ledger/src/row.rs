@@ -46,14 +46,19 @@
 
 use chrono::{DateTime, Utc};
 use diesel::backend::Backend;
+#[cfg(feature = "postgres")]
 use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::Error as DieselError;
-use diesel::sql_types::{BigInt, Binary, Integer, Text, Timestamptz};
+#[cfg(feature = "postgres")]
+use diesel::sql_types::Timestamptz;
+use diesel::sql_types::{BigInt, Binary, Integer, Text};
+#[cfg(feature = "sqlite")]
 use diesel::sqlite::Sqlite;
 
-use crate::db::timestamp_text;
+#[cfg(feature = "sqlite")]
+use crate::sqlite::session::timestamp_text;
 
 /// How a value is bound on one backend.
 pub trait Bind<DB: Backend> {
@@ -62,9 +67,22 @@ pub trait Bind<DB: Backend> {
 }
 
 /// A value both backends can store: what a [`Row`]'s columns hold.
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
 pub trait Column: Bind<Sqlite> + Bind<Pg> {}
-
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
 impl<T: Bind<Sqlite> + Bind<Pg> + ?Sized> Column for T {}
+
+/// A value the backend can store: what a [`Row`]'s columns hold.
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+pub trait Column: Bind<Sqlite> {}
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+impl<T: Bind<Sqlite> + ?Sized> Column for T {}
+
+/// A value the backend can store: what a [`Row`]'s columns hold.
+#[cfg(all(feature = "postgres", not(feature = "sqlite")))]
+pub trait Column: Bind<Pg> {}
+#[cfg(all(feature = "postgres", not(feature = "sqlite")))]
+impl<T: Bind<Pg> + ?Sized> Column for T {}
 
 /// Visits a row's columns in order: its names for the column list, its
 /// values for the bind parameters.
@@ -90,11 +108,13 @@ pub trait Row: Send + Sync + 'static {
 
 macro_rules! bind_as {
     ($rust:ty, $sqlite:ty, $pg:ty) => {
+        #[cfg(feature = "sqlite")]
         impl Bind<Sqlite> for $rust {
             fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
                 out.push_bind_param::<$sqlite, $rust>(self)
             }
         }
+        #[cfg(feature = "postgres")]
         impl Bind<Pg> for $rust {
             fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
                 out.push_bind_param::<$pg, $rust>(self)
@@ -116,6 +136,7 @@ bind_as!(Vec<u8>, Binary, Binary);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timestamp {
     at: DateTime<Utc>,
+    #[cfg(feature = "sqlite")]
     sqlite: String,
 }
 
@@ -123,6 +144,7 @@ impl Timestamp {
     /// The moment `at`, ready to bind on either backend.
     pub fn new(at: DateTime<Utc>) -> Self {
         Self {
+            #[cfg(feature = "sqlite")]
             sqlite: timestamp_text(&at),
             at,
         }
@@ -134,12 +156,14 @@ impl Timestamp {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl Bind<Sqlite> for Timestamp {
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
         out.push_bind_param::<Text, String>(&self.sqlite)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Bind<Pg> for Timestamp {
     fn bind<'b>(&'b self, out: &mut AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         out.push_bind_param::<Timestamptz, DateTime<Utc>>(&self.at)
@@ -188,7 +212,9 @@ macro_rules! values_for {
     };
 }
 
+#[cfg(feature = "sqlite")]
 values_for!(Sqlite);
+#[cfg(feature = "postgres")]
 values_for!(Pg);
 
 /// Where an insert's values come from.
@@ -197,6 +223,7 @@ pub(crate) enum Source {
     /// `VALUES (…)`.
     Values,
     /// `SELECT … FROM relation`: one row per row of `relation`.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     SelectFrom(&'static str),
 }
 
@@ -262,6 +289,7 @@ impl<R: Row> QueryId for Insert<'_, R> {
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
+#[cfg(feature = "sqlite")]
 impl<R: Row> QueryFragment<Sqlite> for Insert<'_, R> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> Result<(), DieselError> {
         walk_insert(self.0, Source::Values, &mut out)?;
@@ -269,6 +297,7 @@ impl<R: Row> QueryFragment<Sqlite> for Insert<'_, R> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<R: Row> QueryFragment<Pg> for Insert<'_, R> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> Result<(), DieselError> {
         walk_insert(self.0, Source::Values, &mut out)?;
@@ -276,15 +305,19 @@ impl<R: Row> QueryFragment<Pg> for Insert<'_, R> {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl<R: Row> RunQueryDsl<SqliteConnection> for Insert<'_, R> {}
+#[cfg(feature = "postgres")]
 impl<R: Row> RunQueryDsl<PgConnection> for Insert<'_, R> {}
 
 /// Inserts `row` unless its unique constraint holds one already: `true`
 /// when it was written.
-pub fn insert<R: Row>(conn: &mut crate::db::Conn<'_>, row: &R) -> Result<bool, DieselError> {
+pub fn insert<R: Row>(conn: &mut crate::conn::Conn<'_>, row: &R) -> Result<bool, DieselError> {
     let written = match conn {
-        crate::db::Conn::Sqlite(c) => Insert(row).execute(*c)?,
-        crate::db::Conn::Postgres(c) => Insert(row).execute(*c)?,
+        #[cfg(feature = "sqlite")]
+        crate::conn::Conn::Sqlite(c) => Insert(row).execute(*c)?,
+        #[cfg(feature = "postgres")]
+        crate::conn::Conn::Postgres(c) => Insert(row).execute(*c)?,
     };
     Ok(written == 1)
 }

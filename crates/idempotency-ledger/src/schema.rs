@@ -6,6 +6,7 @@
 #![allow(missing_docs)] // diesel's table! writes the modules and columns
 
 /// SQLite's types.
+#[cfg(feature = "sqlite")]
 pub mod sqlite {
     diesel::table! {
         idempotency_ledger (idempotency_key, user_id) {
@@ -22,6 +23,7 @@ pub mod sqlite {
 }
 
 /// PostgreSQL's types.
+#[cfg(feature = "postgres")]
 pub mod pg {
     diesel::table! {
         idempotency_ledger (idempotency_key, user_id) {

@@ -110,11 +110,9 @@ pub fn open(url: &str, options: Options) -> Result<Ledger, OpenError> {
         pool,
         Settings {
             retention: options.retention,
-            lease: options.lease,
             wait: options.wait,
             waiters_per_key: DEFAULT_WAITERS_PER_KEY,
             write_admission: options.write_admission,
-            connection_timeout: options.connection_timeout,
             remember: Duration::from_secs(1),
         },
     ))
@@ -140,6 +138,7 @@ fn shown(url: &str) -> String {
 /// idempotency_ledger::on_conn!(conn, c => query.get_result::<i64>(c))
 /// # }
 /// ```
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[macro_export]
 macro_rules! on_conn {
     ($conn:expr, $c:ident => $query:expr) => {
@@ -148,6 +147,52 @@ macro_rules! on_conn {
                 let $c: &mut ::diesel::SqliteConnection = c;
                 $query
             }
+            $crate::db::Conn::Postgres(c) => {
+                let $c: &mut ::diesel::PgConnection = c;
+                $query
+            }
+        }
+    };
+}
+
+/// Runs one diesel query on whichever backend a connection is: the query
+/// is written once, compiled for both.
+///
+/// ```
+/// # use diesel::prelude::*;
+/// # fn count(conn: &mut idempotency_ledger::db::Conn<'_>) -> QueryResult<i64> {
+/// let query = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>("1"));
+/// idempotency_ledger::on_conn!(conn, c => query.get_result::<i64>(c))
+/// # }
+/// ```
+#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
+#[macro_export]
+macro_rules! on_conn {
+    ($conn:expr, $c:ident => $query:expr) => {
+        match $conn {
+            $crate::db::Conn::Sqlite(c) => {
+                let $c: &mut ::diesel::SqliteConnection = c;
+                $query
+            }
+        }
+    };
+}
+
+/// Runs one diesel query on whichever backend a connection is: the query
+/// is written once, compiled for both.
+///
+/// ```
+/// # use diesel::prelude::*;
+/// # fn count(conn: &mut idempotency_ledger::db::Conn<'_>) -> QueryResult<i64> {
+/// let query = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>("1"));
+/// idempotency_ledger::on_conn!(conn, c => query.get_result::<i64>(c))
+/// # }
+/// ```
+#[cfg(all(feature = "postgres", not(feature = "sqlite")))]
+#[macro_export]
+macro_rules! on_conn {
+    ($conn:expr, $c:ident => $query:expr) => {
+        match $conn {
             $crate::db::Conn::Postgres(c) => {
                 let $c: &mut ::diesel::PgConnection = c;
                 $query

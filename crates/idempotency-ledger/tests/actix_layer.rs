@@ -45,11 +45,9 @@ async fn a_missing_ledger_table_is_a_500_and_never_a_retry_later() {
         pool,
         Settings {
             retention: Duration::from_secs(60),
-            lease,
             wait: Duration::from_secs(1),
             waiters_per_key: 4,
             write_admission: 4,
-            connection_timeout: Duration::from_secs(5),
             remember: Duration::ZERO,
         },
     );

@@ -97,7 +97,7 @@ both_backends! {
         let created = RecordedResponse { status: 201, headers: vec![], body: vec![] };
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
         let outcome = runtime
-            .block_on(ledger.execute_insert(request, row, created, |_| {
+            .block_on(ledger.execute_insert(request, move || (row, created), |_| {
                 Ok::<_, ()>(Completion::KeyReusedFound)
             }))
             .expect("written");
