@@ -100,6 +100,12 @@ else:
 urlpatterns = [re_path(r"^.*$", view)]
 
 if __name__ == "__main__":
-    from django.core.management import call_command
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.servers.basehttp import WSGIServer, run
 
-    call_command("runserver", f"127.0.0.1:{PORT}", use_reloader=False, use_threading=True)
+    class Server(WSGIServer):
+        # runserver's server, a thread per request, with room for the
+        # runner's 50 concurrent connections (runserver's backlog is 10).
+        request_queue_size = 128
+
+    run("127.0.0.1", int(PORT), WSGIHandler(), threading=True, server_cls=Server)

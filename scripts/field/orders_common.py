@@ -7,14 +7,19 @@ its own orders. Validation is strict, so that what the runner sees is the
 idempotency layer: a body is a JSON object (`Content-Type:
 application/json`), `item` a non-empty string, `quantity` a JSON integer
 literal >= 1, `price` a JSON number >= 0 with at most two decimals.
+A create takes FIELD_CREATE_MS milliseconds (default 50), as a database
+write does, so that concurrent duplicates overlap.
 """
 
 import json
+import os
 import threading
+import time
 from decimal import Decimal, InvalidOperation
 
 USERS = {"Bearer field-a": "a", "Bearer field-b": "b"}
 NOT_FOUND = (404, {}, {"error": "not found"})
+CREATE_SECONDS = int(os.environ.get("FIELD_CREATE_MS", "50")) / 1000
 
 _lock = threading.Lock()
 _orders = {}  # id -> (user, order)
@@ -96,6 +101,7 @@ def handle(method, path, headers, body):
         errors, fields = ([problem], {}) if problem else _validate(data, partial=False)
         if errors:
             return 422, {}, {"error": "invalid order", "errors": errors}
+        time.sleep(CREATE_SECONDS)
         with _lock:
             order_id = _next_id[0]
             _next_id[0] += 1

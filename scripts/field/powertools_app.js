@@ -20,6 +20,9 @@ const { createClient } = require('@redis/client');
 const { makeIdempotent, IdempotencyConfig } = require('@aws-lambda-powertools/idempotency');
 const { CachePersistenceLayer } = require('@aws-lambda-powertools/idempotency/cache');
 
+// A create takes FIELD_CREATE_MS milliseconds (default 50), as a database
+// write does, so that concurrent duplicates overlap.
+const CREATE_MS = Number(process.env.FIELD_CREATE_MS ?? 50);
 const USERS = { 'Bearer field-a': 'a', 'Bearer field-b': 'b' };
 const orders = new Map(); // id -> { user, order }
 let nextId = 1;
@@ -178,6 +181,7 @@ async function handler(event) {
     if (method !== 'POST') return answer(405, { error: 'method not allowed' }, { allow: 'GET, POST' });
     const { refusal, fields } = readBody(event, false);
     if (refusal) return refusal;
+    await new Promise((resolve) => setTimeout(resolve, CREATE_MS));
     const order = { id: nextId, ...fields };
     nextId += 1;
     orders.set(order.id, { user, order });
