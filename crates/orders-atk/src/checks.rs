@@ -35,7 +35,7 @@ pub struct Attack {
     pub sends: &'static str,
     /// This contract's answer; another refusal is a deviation.
     pub expects: &'static str,
-    /// What makes the verdict EXPOSED (besides a 5xx that shows internals).
+    /// What makes the verdict EXPOSED (besides an answer that shows internals).
     pub exposed_if: &'static str,
     pub needs: Needs,
     pub(crate) check: fn(&mut Probe<'_>) -> Result<(), CannotJudge>,

@@ -18,6 +18,7 @@
 pub mod chaos;
 pub mod checks;
 pub mod history;
+pub mod internals;
 pub mod invariants;
 pub mod probe;
 mod report;

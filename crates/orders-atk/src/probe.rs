@@ -37,31 +37,6 @@ const EVIDENCE_HEADERS: &[&str] = &[
     "access-control-allow-headers",
     "access-control-allow-credentials",
 ];
-/// What a 5xx body shows when it shows internals (lower case): SQL, stack
-/// traces, source paths.
-const INTERNALS: &[&str] = &[
-    "sqlstate",
-    "syntax error",
-    "stack trace",
-    "stacktrace",
-    "traceback",
-    "panicked at",
-    "exception",
-    "sqlite",
-    "postgres",
-    "mysql",
-    "select ",
-    "insert into",
-    ".php",
-    ".rs:",
-    ".py\"",
-    ".java:",
-    "/home/",
-    "/usr/",
-    "/var/",
-    "/src/",
-];
-
 /// The deployment under attack, its shape, and who the checks act as.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -198,13 +173,14 @@ impl Response {
         format!("{} {}", self.status, trim(&self.body, 160))
     }
 
-    /// What of its body shows the target's internals, for a 5xx.
-    fn internals(&self) -> Option<&'static str> {
-        if self.status < 500 {
-            return None;
-        }
-        let body = self.body.to_ascii_lowercase();
-        INTERNALS.iter().copied().find(|i| body.contains(i))
+    /// What of its body or headers shows the target's internals, whatever
+    /// its status: the kind and the text that shows it.
+    fn internals(&self) -> Option<(&'static str, String)> {
+        crate::internals::find(&self.body).or_else(|| {
+            self.headers
+                .iter()
+                .find_map(|(name, value)| crate::internals::find(&format!("{name}: {value}")))
+        })
     }
 }
 
@@ -557,11 +533,10 @@ impl<'t> Probe<'t> {
         {
             self.seen.insert((user, id));
         }
-        if let Some(internal) = response.internals() {
+        if let Some((kind, shown)) = response.internals() {
             self.expose(format!(
-                "{what} was answered {} showing internals ({internal:?}): {}",
+                "{what} was answered {} showing the target's internals ({kind}): {shown:?}",
                 response.status,
-                trim(&response.body, 160)
             ));
         }
     }
