@@ -38,6 +38,7 @@ missing=()
 command -v php >/dev/null || missing+=(php-cli)
 php -m 2>/dev/null | grep -qx pdo_sqlite || missing+=(php-sqlite3)
 command -v redis-server >/dev/null || missing+=(redis-server)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} (apt-get)" >&2
   apt-get update -qq >&2
@@ -46,6 +47,11 @@ fi
 for tool in python3 node npm; do
   command -v "$tool" >/dev/null || { echo "field-report: $tool is required" >&2; exit 1; }
 done
+# @aws-lambda-powertools needs Node.js 20 or later (Debian 12's nodejs is 18).
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+  echo "field-report: Node.js 20 or later is required (found $(node --version))" >&2
+  exit 1
+fi
 
 # venv NAME: $cache/py-NAME with scripts/field/requirements-NAME.txt, made
 # again when the file changes.
