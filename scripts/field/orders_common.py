@@ -8,7 +8,10 @@ idempotency layer: a body is a JSON object (`Content-Type:
 application/json`), `item` a non-empty string, `quantity` a JSON integer
 literal >= 1, `price` a JSON number >= 0 with at most two decimals.
 A create takes FIELD_CREATE_MS milliseconds (default 50), as a database
-write does, so that concurrent duplicates overlap.
+write does, so that concurrent duplicates overlap. FIELD_LAX=1 makes the
+application lax on purpose (a quantity of `1.0` or `1e2` is taken for the
+integer it equals), to see whether a check reaches the application or only
+the idempotency layer in front of it.
 """
 
 import json
@@ -20,6 +23,7 @@ from decimal import Decimal, InvalidOperation
 USERS = {"Bearer field-a": "a", "Bearer field-b": "b"}
 NOT_FOUND = (404, {}, {"error": "not found"})
 CREATE_SECONDS = int(os.environ.get("FIELD_CREATE_MS", "50")) / 1000
+LAX = os.environ.get("FIELD_LAX") == "1"
 
 _lock = threading.Lock()
 _orders = {}  # id -> (user, order)
@@ -55,6 +59,8 @@ def _validate(data, partial):
             fields["item"] = item
     if "quantity" in data or not partial:
         quantity = data.get("quantity")
+        if LAX and isinstance(quantity, Decimal) and quantity == quantity.to_integral_value():
+            quantity = _Integer(quantity)
         if type(quantity) is not _Integer or quantity < 1:
             errors.append("quantity: an integer >= 1 is required")
         else:
