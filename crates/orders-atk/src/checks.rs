@@ -1197,13 +1197,25 @@ fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             refusals(p, &[("a key of 256 characters".to_owned(), refused)], 400);
         }
         (KeyAnswer::Refused(refused), KeyAnswer::Refused(_)) => {
-            let bound = probe.bound(p, shortest, 255);
-            p.deviate(format!(
-                "keys are bounded at {bound} characters where the contract says 255 \
-                 ({bound} accepted, {} refused; a key of 255 characters was answered {})",
-                bound + 1,
-                refused.map_or_else(|| "nothing".to_owned(), |r| r.brief())
-            ));
+            let shown = |r: Option<Response>| r.map_or_else(|| "nothing".to_owned(), |r| r.brief());
+            match probe.send(p, shortest) {
+                (_, KeyAnswer::Refused(also)) => p.deviate(format!(
+                    "keys of 255, 256 and even {shortest} characters (the shortest this check \
+                     sends) were refused where the contract accepts up to 255; a key of 255 \
+                     characters was answered {}, one of {shortest} {}",
+                    shown(refused),
+                    shown(also)
+                )),
+                (_, KeyAnswer::Accepted { .. }) => {
+                    let bound = probe.bound(p, shortest, 255);
+                    p.deviate(format!(
+                        "keys are bounded at {bound} characters where the contract says 255 \
+                         ({bound} accepted, {} refused; a key of 255 characters was answered {})",
+                        bound + 1,
+                        shown(refused)
+                    ));
+                }
+            }
         }
         (_, KeyAnswer::Accepted { id, status }) => {
             p.note(format!(

@@ -162,10 +162,14 @@ impl Response {
         (200..300).contains(&self.status)
     }
 
-    /// Marked as a replay by `header` (`Idempotent-Replayed: true` here).
+    /// Marked as a replay by `header` (`Idempotent-Replayed: true` here;
+    /// `1` and `yes` are taken as `true` too).
     pub fn replayed_by(&self, header: &str) -> bool {
-        self.header(header)
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        self.header(header).is_some_and(|v| {
+            ["true", "1", "yes"]
+                .iter()
+                .any(|t| v.trim().eq_ignore_ascii_case(t))
+        })
     }
 
     /// `status` and the start of the body, its whitespace folded, for a message.

@@ -87,26 +87,30 @@ fn a_refusal_that_the_idempotency_layer_gave_instead_of_the_application_is_named
 }
 
 #[test]
-fn a_key_bound_of_256_is_a_deviation_that_names_the_bound_not_an_exposure() {
-    let double = Layered::start(
-        Layer {
-            max_key: Some(256),
-            ..Layer::CAREFUL
-        },
-        App::STRICT,
-    );
+fn a_key_bound_of_256_or_128_is_a_deviation_that_names_the_bound_not_an_exposure() {
+    for bound in [256, 128] {
+        let double = Layered::start(
+            Layer {
+                max_key: Some(bound),
+                ..Layer::CAREFUL
+            },
+            App::STRICT,
+        );
 
-    let report = run(&double, "EXT-03", 8);
+        let report = run(&double, "EXT-03", 8);
 
-    assert!(report.blocked(), "{}", report.evidence());
-    assert!(
-        report
-            .deviations
-            .iter()
-            .any(|d| d.contains("keys are bounded at 256 characters")),
-        "{}",
-        report.evidence()
-    );
+        assert!(report.blocked(), "{bound}: {}", report.evidence());
+        let says = format!(
+            "keys are bounded at {bound} characters where the contract says 255 ({bound} \
+             accepted, {} refused",
+            bound + 1
+        );
+        assert!(
+            report.deviations.iter().any(|d| d.starts_with(&says)),
+            "{says}\n{}",
+            report.evidence()
+        );
+    }
 }
 
 #[test]
@@ -128,6 +132,36 @@ fn keys_without_a_bound_are_exposed_once_keys_of_8_and_64_kib_are_stored_and_rep
         "{}",
         report.evidence()
     );
+}
+
+#[test]
+fn an_http_server_s_header_limit_is_a_bound_too_found_by_bisection() {
+    // No bound in the layer; the server refuses heads over 16 KiB (431).
+    let double = Layered::start(
+        Layer {
+            max_key: None,
+            head_limit: Some(16 * 1024),
+            ..Layer::CAREFUL
+        },
+        App::STRICT,
+    );
+
+    let report = run(&double, "EXT-03", 8);
+
+    assert!(report.blocked(), "{}", report.evidence());
+    let bound = report.deviations.iter().find(|d| {
+        d.starts_with("keys are bounded at ") && d.contains("65536 characters was answered 431")
+    });
+    let Some(bound) = bound else {
+        panic!("{}", report.evidence())
+    };
+    // The bound found is the longest key whose request head fits in 16 KiB.
+    let found: usize = bound["keys are bounded at ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{bound}"));
+    assert!((16 * 1024 - 400..16 * 1024).contains(&found), "{bound}");
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub struct Layer {
     pub max_key: Option<usize>,
     /// Replays a recorded `201` as `201` (not `200`).
     pub replays_201: bool,
+    /// The HTTP server in front refuses a request whose head is longer
+    /// than this many bytes with `431`, before the layer sees it.
+    pub head_limit: Option<usize>,
 }
 
 impl Layer {
@@ -64,6 +67,7 @@ impl Layer {
         key_chars_kept: None,
         max_key: Some(255),
         replays_201: false,
+        head_limit: None,
     };
 }
 
@@ -160,7 +164,23 @@ fn serve(client: TcpStream, state: &Mutex<State>) {
     };
     let (answer, replay_header) = {
         let mut state = state.lock().expect("state");
-        (layer(&request, &mut state), state.layer.replay_header)
+        let head: usize = request.start.len()
+            + request
+                .headers
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + 4)
+                .sum::<usize>();
+        let answer = match state.layer.head_limit {
+            Some(limit) if head > limit => Answer {
+                status: 431,
+                html: true,
+                body: "<h1>431 Request Header Fields Too Large</h1>".to_owned(),
+                location: None,
+                replayed: false,
+            },
+            _ => layer(&request, &mut state),
+        };
+        (answer, state.layer.replay_header)
     };
     let content_type = if answer.html {
         "text/html; charset=utf-8"
