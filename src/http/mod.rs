@@ -4,6 +4,7 @@
 pub mod app;
 pub mod auth;
 pub mod body;
+pub mod connection;
 pub mod error;
 pub mod health;
 pub mod mutation;
