@@ -330,7 +330,8 @@ fn add_mutation_responses(operation: &mut Operation) {
     add_problem(
         operation,
         "415",
-        "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.",
+        "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`, or is content-coded \
+         (a `Content-Encoding` other than `identity`: the service decodes none).",
         [],
     );
     // Described below: the ledger's conflicts, after the handler's own ones.
