@@ -356,3 +356,95 @@ fn a_request_head_over_the_limits_is_refused_with_431() {
     let served = app.request("GET", "/healthz", &[("X-Big", half.as_str())], None);
     assert_eq!(served.status, 200, "{}", served.body);
 }
+
+/// What actix-http refuses before the application sees a request, as the
+/// wire shows it (and API.md documents it): a folded header, two
+/// `Content-Length`s (equal or not), and `Content-Length` with
+/// `Transfer-Encoding` are each answered an empty `400` with
+/// `connection: close` — no problem document, which the application never
+/// gets to write — and the connection is closed; nothing is created.
+#[test]
+fn requests_refused_below_the_application_get_an_empty_400_and_a_closed_connection() {
+    let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
+    let post = |framing: &str, body: &str| {
+        format!(
+            "POST /v1/orders HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+             Idempotency-Key: framed\r\nContent-Type: application/json\r\n{framing}\r\n{body}",
+            app.token
+        )
+    };
+    let order = order_body("Widget", 1, "1.00");
+    let n = order.len();
+    for (what, request) in [
+        (
+            "a folded header",
+            "GET /healthz HTTP/1.1\r\nHost: test\r\nX-Folded: a\r\n b\r\n\r\n".to_owned(),
+        ),
+        (
+            "two Content-Lengths",
+            post(
+                &format!("Content-Length: {n}\r\nContent-Length: 2\r\n"),
+                &order,
+            ),
+        ),
+        (
+            "two equal Content-Lengths",
+            post(
+                &format!("Content-Length: {n}\r\nContent-Length: {n}\r\n"),
+                &order,
+            ),
+        ),
+        (
+            "Content-Length and Transfer-Encoding",
+            post(
+                &format!("Content-Length: {n}\r\nTransfer-Encoding: chunked\r\n"),
+                &format!("{n:x}\r\n{order}\r\n0\r\n\r\n"),
+            ),
+        ),
+    ] {
+        let (answer, closed) = exchange(&app.address, request.as_bytes());
+        let lower = answer.to_ascii_lowercase();
+        assert!(answer.starts_with("HTTP/1.1 400"), "{what}: {answer:?}");
+        assert!(
+            lower.contains("content-length: 0\r\n"),
+            "{what}: {answer:?}"
+        );
+        assert!(
+            lower.contains("connection: close\r\n"),
+            "{what}: {answer:?}"
+        );
+        assert!(closed, "{what}: the connection is still open");
+    }
+    assert_eq!(app.order_count(), 0);
+}
+
+/// A chunk whose size overflows or is negative is, to actix-http, an I/O
+/// error on the connection: it is closed, and the application's answer
+/// (`400 MALFORMED_JSON`, the body could not be read) reaches the client
+/// only when it was already being written. Either way nothing is created,
+/// no `2xx` is sent, and the connection does not stay open.
+#[test]
+fn a_malformed_chunk_is_never_taken_and_its_connection_is_closed() {
+    let app = TestApp::spawn(orders_api::db::Backend::Sqlite);
+    for (i, chunk) in ["ffffffffffffffffffff\r\nab", "-1\r\nab"]
+        .into_iter()
+        .enumerate()
+    {
+        let request = format!(
+            "POST /v1/orders HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+             Idempotency-Key: chunk-{i}\r\nContent-Type: application/json\r\n\
+             Transfer-Encoding: chunked\r\n\r\n{chunk}",
+            app.token
+        );
+        let (answer, closed) = exchange(&app.address, request.as_bytes());
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+            "{chunk:?}: {answer:?}"
+        );
+        if !answer.is_empty() {
+            assert!(answer.contains("MALFORMED_JSON"), "{chunk:?}: {answer:?}");
+        }
+        assert!(closed, "{chunk:?}: the connection is still open");
+    }
+    assert_eq!((app.order_count(), app.ledger_count()), (0, 0));
+}
