@@ -19,10 +19,14 @@ pub fn is_json(req: &HttpRequest) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(media_type)
-        .is_some_and(|m| {
-            m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none()
-        })
+        .is_some_and(is_json_media_type)
+}
+
+/// Whether a `Content-Type` value names `application/json` (see [`is_json`]).
+pub fn is_json_media_type(value: &str) -> bool {
+    media_type(value).is_some_and(|m| {
+        m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none()
+    })
 }
 
 /// `value` parsed as a media type by the `mime` crate, once the optional
