@@ -147,7 +147,7 @@ impl clap::builder::TypedValueParser for DatabaseUrlParser {
 /// as a browser serializes it in its `Origin` header (the host lowercased
 /// and, for a name outside ASCII, in punycode; the scheme's default port
 /// left out), which is what the CORS layer compares byte for byte.
-fn parse_origin(raw: &str) -> Result<String, String> {
+pub(crate) fn parse_origin(raw: &str) -> Result<String, String> {
     let origin = raw.trim();
     if origin.is_empty() || origin == "*" {
         return Ok(origin.to_owned());

@@ -125,7 +125,7 @@ pub(crate) fn json_number(raw: &str) -> Result<serde_json::Number, String> {
 
 /// `--server` / `ORDERS_API_URL`: `http(s)://HOST[:PORT][/PATH]`, the base
 /// each operation's path (`/v1/orders…`) is appended to, kept as typed (a
-/// trailing `/` dropped). Refused in one line, since the operation would go
+/// trailing `/` dropped, the scheme lowercased). Refused in one line, since the operation would go
 /// to another URL than the one written and be failed for good by whatever
 /// answers there: another scheme, no host, user information, a query or a
 /// fragment (the operation's path would land in it), a dot segment (`.`,
@@ -162,18 +162,23 @@ pub fn server_url(raw: &str) -> Result<String, String> {
     if !url.username().is_empty() || url.password().is_some() {
         return Err(refuse("it has a user; the token goes in --token"));
     }
-    let base = typed.trim_end_matches('/');
     let path = path.trim_end_matches('/');
     if url.path().trim_end_matches('/') != path {
         return Err(refuse("its path would not be sent as written"));
     }
+    // The scheme as the request is built with it: lowercase.
+    let base = format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        rest.trim_end_matches('/')
+    );
     if format!("{base}/v1/orders")
         .parse::<ureq::http::Uri>()
         .is_err()
     {
         return Err(refuse("a request cannot carry it"));
     }
-    Ok(base.to_owned())
+    Ok(base)
 }
 
 /// `.` or `..`, any of its dots written `%2e` (as URL parsers read them).
@@ -500,6 +505,7 @@ mod tests {
             ("https://orders.example/api/", "https://orders.example/api"),
             (" http://h:1/a/b ", "http://h:1/a/b"),
             ("http://h:1/a.b/..c/...", "http://h:1/a.b/..c/..."),
+            ("HTTPS://H:1/A", "https://H:1/A"),
         ] {
             assert_eq!(server_url(raw).as_deref(), Ok(base), "{raw}");
         }
