@@ -133,9 +133,9 @@ synchronous() {
 #   nodes pg_auto_failover empties synchronous_standby_names whenever the
 #   monitor calls the standby unhealthy (the primary goes to wait_primary:
 #   availability over durability). A failover from that state loses what the
-#   old primary acknowledged alone — run 4's 915 orders in PERFORMANCE.md,
-#   reproduced by stalling the old primary's keeper during a switchover with
-#   its synchronous_standby_names emptied. So the failover test starts each
+#   old primary acknowledged alone (docs/SCALING.md), as stalling the old
+#   primary's keeper during a switchover with its synchronous_standby_names
+#   emptied reproduces. So the failover test starts each
 #   failover only from a primary that PostgreSQL shows waiting for a
 #   streaming synchronous standby (`wait-synchronous`), and the health
 #   checks below are lenient, so that a loaded machine is less likely to

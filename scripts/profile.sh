@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per request (docs/PERFORMANCE.md, "What the profiles showed"):
+# Instructions per request (docs/PERFORMANCE.md, "How to measure"):
 # the release server under callgrind on a fresh SQLite file, warmed up, its
 # counters zeroed, then exactly N requests of one kind from a keep-alive
 # client, dumped and divided by N. Instruction counts do not depend on what

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use actix_web::HttpMessage;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -189,6 +190,11 @@ fn register_metrics() {
     }
 }
 
+/// The id of the request being answered, in its extensions: a problem the
+/// idempotency ledger records names it as its `instance` from the start.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
 /// A request id from the client, if it is a sane one.
 fn client_request_id(req: &ServiceRequest) -> Option<String> {
     let value = req.headers().get(REQUEST_ID_HEADER)?.to_str().ok()?;
@@ -221,6 +227,7 @@ pub async fn observe(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
     let request_id = client_request_id(&req).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    req.extensions_mut().insert(RequestId(request_id.clone()));
     let method_label = method_label(req.method());
     // The route is recorded once routing has found it: after the call, the
     // answered request knows its resource, and naming its pattern is a walk

@@ -233,7 +233,7 @@ pub fn run_open(
 }
 
 impl OpenLoop {
-    /// The figures as the rows PERFORMANCE.md shows.
+    /// The figures as rows of a markdown table, for docs/PERFORMANCE.md.
     pub fn markdown(&self, backend: &str) -> String {
         let f = &self.figures;
         let total = f.created + f.shed + f.other;
@@ -412,7 +412,7 @@ pub fn run(
 }
 
 impl Overload {
-    /// The figures as the rows PERFORMANCE.md shows.
+    /// The figures as rows of a markdown table, for docs/PERFORMANCE.md.
     pub fn markdown(&self, backend: &str) -> String {
         let total = self.created + self.shed + self.other;
         let share = if total == 0 {

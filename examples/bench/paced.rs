@@ -5,7 +5,7 @@
 //! head (only its `Idempotency-Key` differs) and every answer read with
 //! `httparse`. The 256 blocking senders it replaced cost as much CPU per
 //! request as the server did, and on SQLite fell behind the rate they were
-//! to hold (`docs/PERFORMANCE.md`, "The shed on arrival").
+//! to hold (`docs/PERFORMANCE.md`, "Open-loop overload").
 //!
 //! [`paced`] offers requests at a fixed rate (wrk2's pacing: request *i* is
 //! due at *start + i / rate*, the next free connection sends it, and its

@@ -64,13 +64,14 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     if let Some(answer) = remembered(&state) {
         return answer;
     }
-    let user = web::block(move || -> Result<Option<String>, ApiError> {
+    let bound = state.pool.read_bound();
+    let user = super::bounded_read(bound, move || -> Result<Option<String>, ApiError> {
         let mut pooled = state.pool.get()?;
         Ok(state.tokens.look_up(permit, &hash, || {
             auth::user_of_hash(&mut pooled.conn(), &hash)
         })?)
     })
-    .await??;
+    .await?;
     user.ok_or(ApiError::Unauthorized)
 }
 

@@ -3,12 +3,14 @@
 //! cause: it goes to the log only.
 //!
 //! Every problem answered also names its occurrence in `instance`:
-//! `urn:request:<id>`, the id of the request it answers, as in the
-//! `X-Request-Id` answer header. [`crate::telemetry::observe`], which gives
-//! each request its id, adds it with [`name_occurrence`] to every problem on
-//! its way out — the ones rendered here, the ones the framework refused, and
-//! the ones replayed from the idempotency ledger, which records a problem
-//! without it: a replay names the request it answers, never the recorded one.
+//! `urn:request:<id>`, the id of the request that produced it, as in that
+//! request's `X-Request-Id` answer header. [`crate::telemetry::observe`],
+//! which gives each request its id, adds it with [`name_occurrence`] to every
+//! problem on its way out that does not name one yet — the ones rendered
+//! here and the ones the framework refused. A problem the idempotency ledger
+//! records names its request already, and its replay is the recorded answer
+//! byte for byte: it keeps the `instance` of the request that produced it
+//! (the retry is named by its own `X-Request-Id` header).
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::ServiceResponse;
@@ -97,12 +99,12 @@ pub struct Problem {
     #[schema(example = 422)]
     pub status: u16,
     pub detail: String,
-    /// This occurrence: `urn:request:` and the id of the request answered,
-    /// the value of the answer's `X-Request-Id` header (on a replay too: the
-    /// retry's id, not the first request's). Quote it to find the request's
-    /// log lines.
-    // Added on the way out by `name_occurrence`, which knows the request's
-    // id; `None` until then (and in what the ledger records).
+    /// This occurrence: `urn:request:` and the id of the request that
+    /// produced the problem, the value of its `X-Request-Id` header. A
+    /// replayed problem keeps the recorded one's (the retry is named by its
+    /// own `X-Request-Id` header). Quote it to find the request's log lines.
+    // Set when the ledger records the problem; otherwise added on the way
+    // out by `name_occurrence`, which knows the request's id.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = String, required = true,
              example = "urn:request:0b5f7c1e-3f7a-4c55-9d61-8f0a4bb0c2de")]
@@ -245,12 +247,16 @@ impl ApiError {
     }
 
     /// The response as the ledger records it: status, allow-listed headers
-    /// and body. Only errors below 500 are ever recorded.
-    pub fn to_recorded(&self) -> RecordedResponse {
+    /// and body, the problem naming `instance` (the request that produced
+    /// it) so that its replay is the same bytes. Only errors below 500 are
+    /// ever recorded.
+    pub fn to_recorded(&self, instance: Option<&str>) -> RecordedResponse {
+        let mut problem = self.problem();
+        problem.instance = instance.map(str::to_owned);
         RecordedResponse {
             status: self.status().as_u16(),
             headers: vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())],
-            body: serde_json::to_vec(&self.problem()).unwrap_or_default(),
+            body: serde_json::to_vec(&problem).unwrap_or_default(),
         }
     }
 }
@@ -350,9 +356,10 @@ pub fn instance_of(request_id: &str) -> String {
 }
 
 /// `response` with `instance` naming the request `request_id` when it is a
-/// problem document; any other response as it is. The problem's other
-/// members keep their bytes: `instance` is appended to the object, so a
-/// replayed problem differs from its first answer in that member only.
+/// problem document that names no instance yet; any other response as it
+/// is (a replayed problem names the request that produced it). The
+/// problem's other members keep their bytes: `instance` is appended to the
+/// object.
 pub async fn name_occurrence<B: MessageBody>(
     response: ServiceResponse<B>,
     request_id: &str,

@@ -157,6 +157,27 @@ fn allow_only(methods: String) -> actix_web::Route {
     })
 }
 
+/// Runs `read` on a blocking thread and waits for it at most `bound`: past
+/// it the request is answered `503` with `Retry-After` while the thread —
+/// which a frozen file system or a database server that stopped answering
+/// may hold for good — keeps what it holds (its connection) until the read
+/// returns. Every read of a request goes through here, with the pool's
+/// [`read_bound`](idempotency_ledger::db::Pool::read_bound) (`/readyz`
+/// with a bound of its own).
+pub async fn bounded_read<T, F>(bound: std::time::Duration, read: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::time::timeout(bound, web::block(read)).await {
+        Ok(answered) => answered?,
+        Err(_) => Err(ApiError::Unavailable(format!(
+            "a read had no answer within {} ms",
+            bound.as_millis()
+        ))),
+    }
+}
+
 async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }

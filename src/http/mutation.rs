@@ -38,7 +38,8 @@ use serde_json::Value;
 use super::AppState;
 use super::auth::AuthUser;
 use super::body::{is_json, parse_json, read_limited};
-use super::error::ApiError;
+use super::error::{ApiError, instance_of};
+use crate::telemetry::RequestId;
 
 /// Sent on every answer that an earlier request produced.
 pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
@@ -58,6 +59,9 @@ pub struct MutationCtx {
     pub user_id: String,
     pub key: IdempotencyKey,
     pub fingerprint: Fingerprint,
+    /// The `instance` of a problem answering this request (`None` outside
+    /// the server's middleware, which names every problem on its way out).
+    pub instance: Option<String>,
 }
 
 /// A route's change: run once for a fresh key, inside the ledger's unit of
@@ -142,10 +146,16 @@ impl Mutation {
             &self.bytes,
             self.json.as_ref(),
         );
+        let instance = self
+            .req
+            .extensions()
+            .get::<RequestId>()
+            .map(|id| instance_of(&id.0));
         Ok(MutationCtx {
             user_id: self.user_id,
             key: self.key,
             fingerprint,
+            instance,
         })
     }
 
@@ -162,7 +172,7 @@ impl Mutation {
     {
         let ctx = Arc::new(self.into_ctx(&state)?);
         let unit_ctx = Arc::clone(&ctx);
-        let unit = move |tx: &mut LedgerTx<'_, '_>| recorded(work(tx, &unit_ctx));
+        let unit = move |tx: &mut LedgerTx<'_, '_>| recorded(work(tx, &unit_ctx), &unit_ctx);
         let outcome = state.ledger.execute(ledger_request(&ctx), unit).await;
         answer(&ctx, outcome)
     }
@@ -189,7 +199,7 @@ impl Mutation {
         let ctx = Arc::new(self.into_ctx(&state)?);
         let (make_ctx, unit_ctx) = (Arc::clone(&ctx), Arc::clone(&ctx));
         let make = move || make(&make_ctx);
-        let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_ctx));
+        let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_ctx), &unit_ctx);
         let outcome = state
             .ledger
             .execute_insert_with(ledger_request(&ctx), make, found)
@@ -207,10 +217,17 @@ fn ledger_request(ctx: &MutationCtx) -> LedgerRequest<'_> {
 }
 
 /// A route's answer as the ledger takes it: every answer below 500 is
-/// recorded like a success; a 5xx rolls back and leaves the key free.
-fn recorded(result: Result<Completion, ApiError>) -> Result<Completion, ApiError> {
+/// recorded like a success, a problem with its `instance` naming this
+/// request (a replay is the recorded answer byte for byte); a 5xx rolls back
+/// and leaves the key free.
+fn recorded(
+    result: Result<Completion, ApiError>,
+    ctx: &MutationCtx,
+) -> Result<Completion, ApiError> {
     match result {
-        Err(e) if !e.status().is_server_error() => Ok(Completion::Record(e.to_recorded())),
+        Err(e) if !e.status().is_server_error() => {
+            Ok(Completion::Record(e.to_recorded(ctx.instance.as_deref())))
+        }
         other => other,
     }
 }

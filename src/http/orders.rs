@@ -10,10 +10,10 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::AppState;
 use super::auth::AuthUser;
 use super::error::{ApiError, Problem};
 use super::mutation::{BodyRule, Mutation, MutationCtx, json_reply};
+use super::{AppState, bounded_read};
 use crate::orders::input::{parse_new_order, parse_order_patch};
 use crate::orders::model::{Order, OrderView};
 use crate::orders::{self, Created, Cursor};
@@ -138,11 +138,12 @@ pub async fn get(
     id: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let order = web::block(move || -> Result<Order, ApiError> {
+    let bound = state.pool.read_bound();
+    let order = bounded_read(bound, move || -> Result<Order, ApiError> {
         let mut pooled = state.pool.get()?;
         Ok(orders::get(&mut pooled.conn(), &user.0, &id)?)
     })
-    .await??;
+    .await?;
     Ok(HttpResponse::Ok().json(order.view()))
 }
 
@@ -206,11 +207,12 @@ pub async fn list(
                 .ok_or_else(|| ApiError::BadQuery("cursor was not issued by this server".into()))?,
         ),
     };
-    let page = web::block(move || -> Result<orders::Page, ApiError> {
+    let bound = state.pool.read_bound();
+    let page = bounded_read(bound, move || -> Result<orders::Page, ApiError> {
         let mut pooled = state.pool.get()?;
         Ok(orders::list(&mut pooled.conn(), &user.0, cursor, limit)?)
     })
-    .await??;
+    .await?;
     Ok(HttpResponse::Ok().json(OrderPage {
         data: page.orders.iter().map(Order::view).collect(),
         next_cursor: page.next.map(Cursor::encode),

@@ -301,6 +301,80 @@ crate::both_backends! {
         assert_not_replayed(&fresh);
         assert_eq!((app.order_count(), app.ledger_count()), (3, 3));
     }
+
+    /// With the default settings, every read of the database stuck the way
+    /// a frozen file system leaves it (the `Read` fault point: a blocking
+    /// thread that never returns, its connection checked out): a create
+    /// (the read of its key), `GET` of an order, the list, the lookup of a
+    /// token not seen yet and `/readyz` are each answered `503` with
+    /// `Retry-After` while the reads are still stuck — within the pool's
+    /// read bound (`/readyz`, its own). Once the reads return, every user is
+    /// served again, and the create's key, recorded by nothing, runs. Before,
+    /// every one of them waited for as long as its read did.
+    fn reads_stuck_as_on_a_frozen_file_system_are_answered_503_and_served_again_once_they_return(backend) {
+        // Alice's token stays remembered, so that her requests reach their
+        // own reads; carol's has never been looked up.
+        let app = TestApp::spawn_with(backend, |s| s.auth_cache_secs = 600);
+        let body = order_body("Widget", 1, "1.00");
+        let created = app.post_order(Some("before"), &body);
+        assert_eq!(created.status, 201, "{}", created.body);
+        let order = created.header("Location").expect("Location").to_owned();
+        let carol = app.create_token("carol");
+        let bob = app.create_token("bob");
+
+        let frozen = fault::frozen(Point::Read, &database_shown(&app));
+        let asked: [(&str, &str, &str, Option<&str>); 5] = [
+            ("create", "POST", "/v1/orders", Some("during")),
+            ("get", "GET", &order, None),
+            ("list", "GET", "/v1/orders", None),
+            ("token lookup", "GET", "/v1/orders", None),
+            ("readyz", "GET", "/readyz", None),
+        ];
+        let answers = std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            for (label, method, path, key) in asked {
+                let (tx, app, body, carol) = (tx.clone(), &app, &body, &carol);
+                s.spawn(move || {
+                    let token = if label == "token lookup" { carol } else { &app.token };
+                    let started = Instant::now();
+                    let body = (method == "POST").then_some(body.as_str());
+                    let answer = app.call_as(token, method, path, key, body);
+                    let _ = tx.send((label, answer, started.elapsed()));
+                });
+            }
+            let mut answers = Vec::new();
+            for _ in asked {
+                match rx.recv_timeout(PATIENCE) {
+                    Ok(answer) => answers.push(answer),
+                    Err(_) => {
+                        drop(frozen);
+                        panic!("answered while every read was stuck: only {answers:?}");
+                    }
+                }
+            }
+            assert_eq!(
+                frozen.waiting(),
+                asked.len(),
+                "each request's read is still stuck when it is answered"
+            );
+            drop(frozen);
+            answers
+        });
+
+        for (label, answer, waited) in &answers {
+            eprintln!("{label}: {} after {waited:?} with its read stuck", answer.status);
+            assert_unavailable(answer);
+        }
+        let served = app.post_order(Some("during"), &body);
+        assert_eq!(served.status, 201, "the refused key is free: {}", served.body);
+        assert_not_replayed(&served);
+        assert_eq!(app.call("GET", &order, None, None).status, 200);
+        assert_eq!(app.call_as(&carol, "GET", "/v1/orders", None, None).status, 200);
+        let bobs = app.call_as(&bob, "POST", "/v1/orders", Some("bob-1"), Some(&body));
+        assert_eq!(bobs.status, 201, "{}", bobs.body);
+        assert_eq!(app.request("GET", "/readyz", &[], None).status, 200);
+        assert_eq!((app.order_count(), app.ledger_count()), (3, 3));
+    }
 }
 
 /// Blocks a writer unit until the test lets it go (at most a minute).
@@ -434,4 +508,9 @@ fn a_writer_thread_that_dies_is_replaced_and_the_requests_it_held_are_answered_5
     let retry = app.post_order(Some("in-batch"), &body);
     assert_eq!(retry.status, 201, "the refused key is free: {}", retry.body);
     assert_not_replayed(&retry);
+}
+
+/// The key of the pool's `Read` fault point: the database as it is shown.
+fn database_shown(app: &TestApp) -> String {
+    app.settings.pool_options().shown
 }

@@ -6,7 +6,8 @@
 //! releases the hold (or drops it), or [`Hold::fail`]s it, and the test can
 //! wait until one has. Others with that key, and later ones, pass. A
 //! [`failing`] hold instead makes every arrival with its key fail at once,
-//! for as long as it lives.
+//! for as long as it lives, and a [`frozen`] hold makes every arrival with
+//! its key wait until it ends, as a frozen file system does.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -47,6 +48,14 @@ pub enum Point {
     /// the answer came; failed, as if the connection broke. Key: the
     /// idempotency key.
     AfterOneStatement,
+    /// In [`Pool::get`](crate::db::Pool::get), right after a connection
+    /// for reading was checked out, on the blocking thread that will read
+    /// with it: a read that does not return, as on a frozen file system
+    /// (the thread waits in the kernel, its connection checked out).
+    /// Released, the read goes on; failed, the connection is answered
+    /// unavailable. Key: the database as the pool names it in log lines
+    /// ([`PoolOptions::shown`](crate::db::PoolOptions::shown)).
+    Read,
 }
 
 /// The arrival at a point of a [`failing`] or [`Hold::fail`]ed hold.
@@ -65,12 +74,16 @@ struct Gate {
     reached: bool,
     /// How the hold ended: `None` while it holds.
     ended: Option<Result<(), Injected>>,
+    /// How many wait at the point now.
+    waiting: usize,
 }
 
 #[derive(Debug)]
 struct State {
     /// Every arrival fails at once (a [`failing`] hold).
     failing: bool,
+    /// Every arrival waits until the hold ends (a [`frozen`] hold).
+    frozen: bool,
     gate: Mutex<Gate>,
     changed: Condvar,
     /// For an arrival on an async task, which must not block its thread.
@@ -94,9 +107,10 @@ pub struct Hold {
     state: Arc<State>,
 }
 
-fn install(point: Point, key: &str, failing: bool) -> Hold {
+fn install(point: Point, key: &str, failing: bool, frozen: bool) -> Hold {
     let state = Arc::new(State {
         failing,
+        frozen,
         gate: Mutex::default(),
         changed: Condvar::new(),
         released: watch::Sender::new(false),
@@ -108,16 +122,29 @@ fn install(point: Point, key: &str, failing: bool) -> Hold {
 
 /// Holds `point` for the next arrival with `key`.
 pub fn hold(point: Point, key: &str) -> Hold {
-    install(point, key, false)
+    install(point, key, false, false)
+}
+
+/// Makes every arrival at `point` with `key` wait until the returned hold
+/// ends (every thread reaching it, not only the first): a frozen file
+/// system. Only for a point passed on a blocking thread.
+pub fn frozen(point: Point, key: &str) -> Hold {
+    install(point, key, false, true)
 }
 
 /// Makes every arrival at `point` with `key` fail at once while the
 /// returned hold lives.
 pub fn failing(point: Point, key: &str) -> Hold {
-    install(point, key, true)
+    install(point, key, true, false)
 }
 
 impl Hold {
+    /// How many have reached the point and still wait there (a [`frozen`]
+    /// hold counts every one).
+    pub fn waiting(&self) -> usize {
+        self.state.gate.lock().unwrap().waiting
+    }
+
     /// Blocks until one reaches the point; `false` after `timeout`.
     pub fn wait_reached(&self, timeout: Duration) -> bool {
         let gate = self.state.gate.lock().unwrap();
@@ -190,13 +217,15 @@ pub(crate) fn pass_blocking(point: Point, key: &str) -> Result<(), Injected> {
     if state.failing {
         return Err(Injected);
     }
-    if !first {
+    if !first && !state.frozen {
         return Ok(());
     }
-    let gate = state.gate.lock().unwrap();
-    let gate = state
+    let mut gate = state.gate.lock().unwrap();
+    gate.waiting = gate.waiting.saturating_add(1);
+    let mut gate = state
         .changed
         .wait_while(gate, |g| g.ended.is_none())
         .unwrap();
+    gate.waiting = gate.waiting.saturating_sub(1);
     gate.ended.unwrap_or(Ok(()))
 }

@@ -487,22 +487,34 @@ impl Ledger {
     /// (a replay or a refusal), without a lock, on a pooled read connection;
     /// what it finds is remembered ([`Settings::remember`]). Memory is
     /// looked at once, on arrival: a request that came on to a read found
-    /// nothing there, and only a read can put something there since.
+    /// nothing there, and only a read can put something there since. No
+    /// answer within [`Pool::read_bound`] is [`LedgerError::Unavailable`].
     async fn read<E>(&self, request: LedgerRequest<'_>) -> Result<Option<Outcome>, LedgerError<E>> {
         let remembered = &self.inner.remembered;
         let began = std::time::Instant::now();
         let pool = self.inner.pool.clone();
         let (key, user) = (request.key.as_str().to_owned(), request.user_id.to_owned());
-        let found = tokio::task::spawn_blocking(move || {
+        let bound = pool.read_bound();
+        let read = tokio::task::spawn_blocking(move || {
             let mut pooled = pool.get().map_err(ReadFailure::Unavailable)?;
             store::find(&mut pooled.conn(), &key, &user).map_err(|e| {
                 // Classified before the connection goes back (see `pg.rs`).
                 classify(&e);
                 ReadFailure::Database(e)
             })
-        })
-        .await
-        .map_err(|e| LedgerError::Internal(e.to_string()))?;
+        });
+        // A read that does not come back (a frozen file system, a server
+        // that stopped answering) is answered unavailable at the pool's
+        // read bound; its thread keeps its connection until it returns.
+        let found = tokio::time::timeout(bound, read)
+            .await
+            .map_err(|_| {
+                LedgerError::Unavailable(format!(
+                    "the read of the key had no answer within {} s",
+                    bound.as_secs()
+                ))
+            })?
+            .map_err(|e| LedgerError::Internal(e.to_string()))?;
         match found {
             Err(ReadFailure::Unavailable(e)) => Err(LedgerError::Unavailable(e.to_string())),
             Err(ReadFailure::Database(e)) => Err(database_error(e)),

@@ -7,16 +7,18 @@
 //!
 //! One user and one key, created by clients through two server processes
 //! that share one PostgreSQL database. A request runs as `Ledger::execute`
-//! does: while every write admission slot of its process is taken it is
-//! refused `503` on arrival (the shed); otherwise it enters its process's
-//! in-flight registry for the key (a duplicate waits there holding nothing,
-//! up to its wait bound; past the per-key waiter cap it is refused at once;
-//! a holder past its lease is waited for no longer); the holder reads the key's entry (a replay or a
+//! does (the protocol's statement is
+//! `crates/idempotency-ledger/src/protocol.rs`): while every write
+//! admission slot of its process is taken it is refused `503` on arrival
+//! (the shed); otherwise it enters its process's in-flight registry for the
+//! key (a duplicate waits there holding nothing, up to its wait bound; past
+//! the per-key waiter cap it is refused at once; a holder past its lease is
+//! waited for no longer); the holder reads the key's entry (a replay or a
 //! refusal); without one it takes a write admission slot (none free:
 //! `503`), tries the one-statement create once, and otherwise runs the
-//! record-last unit: `BEGIN`, the key's advisory lock (held by another
-//! process's unit: roll back, release everything, look again), the order's
-//! `INSERT … ON CONFLICT DO NOTHING` under `UNIQUE (user_id,
+//! record-last unit: `BEGIN`, a try of the key's advisory lock (held by
+//! another process's unit: roll back, release everything, look again), the
+//! order's `INSERT … ON CONFLICT DO NOTHING` under `UNIQUE (user_id,
 //! idempotency_key)`, the lease fence, the entry's `INSERT … ON CONFLICT DO
 //! NOTHING`, `COMMIT`, and only then the answer. A process may be killed
 //! at any step (its open transactions vanish; a `COMMIT` or a one-statement
@@ -49,11 +51,26 @@
 //! known wrong design, and the tests assert that the checker finds the
 //! counterexample each one allows, printed by [`trace::trace`].
 //!
+//! # Layout
+//!
+//! Each module uses only those above it:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`design`] | what is checked: a [`Design`] within [`Bounds`] |
+//! | [`spec`] | the key's answer as a sequential object (the linearizability check's reference) |
+//! | [`state`] | the system's parts and state, and the questions asked of it |
+//! | [`properties`] | what the protocol promises, as properties of states |
+//! | [`model`] | the steps, and the Stateright model that ties steps and properties together |
+//! | [`trace`] | a counterexample as numbered steps |
+//!
 //! [Stateright]: https://docs.rs/stateright
 
+pub mod design;
 pub mod model;
 pub mod properties;
 pub mod spec;
+pub mod state;
 pub mod trace;
 
 use std::collections::BTreeMap;
@@ -62,97 +79,9 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, Model};
 use stateright::{HasDiscoveries, Path};
 
-pub use model::{Action, LedgerModel, State};
-
-/// The design checked: the correct one, or one of the known wrong ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Design {
-    /// The protocol as built: record last, in the change's transaction.
-    Correct,
-    /// The key is claimed by a committed row before the change runs, and
-    /// the claim has no lease: a holder that dies leaves it claimed forever.
-    ClaimFirstWithoutLease,
-    /// `orders` has no `UNIQUE (user_id, idempotency_key)`: once the purge
-    /// deleted the key's entry, a retried create runs again.
-    NoUniqueColumn,
-    /// The change commits in its own transaction and the entry is recorded
-    /// after it: between the two, a change without its answer.
-    RecordOutsideTransaction,
-    /// A replay does not compare the fingerprint: another body under a used
-    /// key gets the first one's answer.
-    ReplaySkipsFingerprint,
-    /// The write admission slot is taken on arrival, before the in-flight
-    /// wait, and held to the answer: while waiting in the process, and
-    /// while pausing between looks at a key another process holds.
-    PermitHeldWhileWaiting,
-    /// The `201` leaves before `COMMIT` returns: a commit that then fails
-    /// leaves an answer for a change that never happened.
-    AnswerBeforeCommit,
-}
-
-impl Design {
-    /// Every known wrong design.
-    pub const MUTANTS: [Design; 6] = [
-        Design::ClaimFirstWithoutLease,
-        Design::NoUniqueColumn,
-        Design::RecordOutsideTransaction,
-        Design::ReplaySkipsFingerprint,
-        Design::PermitHeldWhileWaiting,
-        Design::AnswerBeforeCommit,
-    ];
-
-    /// `orders` carries `UNIQUE (user_id, idempotency_key)`.
-    pub fn has_unique_column(self) -> bool {
-        self != Design::NoUniqueColumn
-    }
-}
-
-/// How far the checker looks: every count is a budget the model spends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Bounds {
-    /// Clients sharing the key (client 0 sends body A; each other client A
-    /// or B, both explored; past 32 the others all send A).
-    pub clients: u8,
-    /// Attempts per client.
-    pub attempts: u8,
-    /// Server processes, sharing one database.
-    pub processes: u8,
-    /// Processes killed.
-    pub crashes: u8,
-    /// Connections lost (before a statement runs, or its acknowledgement).
-    pub losses: u8,
-    /// Holders that hang past their lease.
-    pub hangs: u8,
-    /// Purges at retention.
-    pub purges: u8,
-    /// Write admission slots per process.
-    pub admission: u8,
-    /// Requests that may wait for a key's holder, per process.
-    pub waiters: u8,
-    /// Looks again at a key another process's unit holds, before the wait
-    /// bound answers `409 IN_PROGRESS`.
-    pub polls: u8,
-    /// Creates try the one-statement form first (PostgreSQL).
-    pub one_statement: bool,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self {
-            clients: 2,
-            attempts: 2,
-            processes: 2,
-            crashes: 1,
-            losses: 1,
-            hangs: 1,
-            purges: 1,
-            admission: 1,
-            waiters: 1,
-            polls: 1,
-            one_statement: true,
-        }
-    }
-}
+pub use design::{Bounds, Design, LedgerModel};
+pub use model::Action;
+pub use state::State;
 
 /// What one exhaustive run found.
 #[derive(Debug)]

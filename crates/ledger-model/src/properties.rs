@@ -13,7 +13,9 @@
 
 use stateright::Property;
 
-use crate::model::{LedgerModel, Pc, Reply, State};
+use crate::design::LedgerModel;
+use crate::spec::ReqId;
+use crate::state::{Entry, Orphan, Pc, Reply, State};
 
 pub const ONE_ORDER: &str = "at most one order per (user, key)";
 pub const FIRST_ANSWER: &str = "every 2xx for a key carries the first execution's answer";
@@ -37,7 +39,7 @@ pub fn all() -> Vec<Property<LedgerModel>> {
         Property::always(CHANGE_WITH_ANSWER, |_, s: &State| {
             s.db.orders.is_empty()
                 || s.db.purged
-                || matches!(s.db.entry, Some(crate::model::Entry::Recorded { .. }))
+                || matches!(s.db.entry, Some(Entry::Recorded { .. }))
         }),
         // Waiting in its process's registry, or between two looks at a key
         // another process's unit holds (back at its read, with a look
@@ -60,7 +62,7 @@ pub fn all() -> Vec<Property<LedgerModel>> {
 }
 
 /// The 2xx answers the server sent: the request and the order it carries.
-fn successes(s: &State) -> impl Iterator<Item = (crate::model::ReqId, Reply)> + '_ {
+fn successes(s: &State) -> impl Iterator<Item = (ReqId, Reply)> + '_ {
     s.replies
         .iter()
         .copied()
@@ -98,8 +100,8 @@ fn other_body_never_executes(_: &LedgerModel, s: &State) -> bool {
         .filter(|r| r.tx.order)
         .all(|r| s.body_of(r.id) == body);
     let sent = s.orphans.iter().all(|o| match *o {
-        crate::model::Orphan::Commit { id, order, .. } => !order || s.body_of(id) == body,
-        crate::model::Orphan::Statement { .. } => true,
+        Orphan::Commit { id, order, .. } => !order || s.body_of(id) == body,
+        Orphan::Statement { .. } => true,
     });
     committed && open && sent
 }

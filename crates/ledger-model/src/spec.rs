@@ -16,7 +16,22 @@
 
 use stateright::semantics::SequentialSpec;
 
-use crate::model::{Body, ReqId};
+/// A request's body, as the ledger sees it: its fingerprint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Body {
+    A,
+    B,
+}
+
+/// A request: the client that sent it and which of its attempts it is.
+/// The order a request makes is named by it (the server makes a fresh
+/// order id per request), so an answer's order says which execution it
+/// comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqId {
+    pub client: u8,
+    pub attempt: u8,
+}
 
 /// The register: the body and the order of the key's first execution.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]

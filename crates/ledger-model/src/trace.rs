@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use stateright::Path;
 
-use crate::model::{Action, Entry, LedgerModel, Net, Orphan, Pc, Reply, ReqId, State};
+use crate::design::LedgerModel;
+use crate::model::{Action, Net};
+use crate::spec::ReqId;
+use crate::state::{Entry, Orphan, Pc, Reply, State};
 
 /// The path to a counterexample, one numbered line per step, then the
 /// database as it ends.

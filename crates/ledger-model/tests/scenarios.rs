@@ -5,7 +5,9 @@
 
 #![allow(clippy::expect_used, clippy::panic)]
 
-use ledger_model::model::{Action, Body, Net, Pc, Reply, ReqId};
+use ledger_model::model::{Action, Net};
+use ledger_model::spec::{Body, ReqId};
+use ledger_model::state::{Pc, Reply};
 use ledger_model::{Bounds, Design, LedgerModel, State};
 use stateright::{Model, Path};
 

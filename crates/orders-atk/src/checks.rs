@@ -35,9 +35,12 @@ pub struct Attack {
     pub sends: &'static str,
     /// This contract's answer; another refusal is a deviation.
     pub expects: &'static str,
-    /// What makes the verdict EXPOSED (besides a 5xx that shows internals).
+    /// What makes the verdict EXPOSED (besides an answer that shows internals).
     pub exposed_if: &'static str,
     pub needs: Needs,
+    /// The routes besides `POST` it tries, of [`crate::shape::ROUTES`]: it
+    /// is skipped on a target that lacks every one of them.
+    pub tries: &'static [&'static str],
     pub(crate) check: fn(&mut Probe<'_>) -> Result<(), CannotJudge>,
 }
 
@@ -56,6 +59,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "400; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_01,
     },
     Attack {
@@ -65,15 +69,17 @@ pub const ATTACKS: &[Attack] = &[
         expects: "400 for each; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_02,
     },
     Attack {
         id: "ATK-03",
         title: "replay a key with a changed body",
-        sends: "an order (quantity 2, price 9.99), then the same key with quantity 99, price 0.01",
-        expects: "201, then 409; the original order unchanged; no second order",
-        exposed_if: "the changed body is answered 2xx (the first order replayed for a different request), the original order changes, or a second order appears",
+        sends: "an order (quantity 2, price 9.99), then under its key: quantity 99 and price 0.01; the numbers as strings; a member added; price left out; price null; then the same body reordered and with whitespace",
+        expects: "201; 409 for quantity 99 (409 or 422 for the others); a 200 replay for the same body written otherwise; the original order unchanged; no second order",
+        exposed_if: "a changed body is answered 2xx (the first order replayed for a different request), the original order changes, or a second order appears",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_03,
     },
     Attack {
@@ -83,6 +89,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "two 201s with two different orders (by design)",
         exposed_if: "the second key is answered with the first key's order (two keys collide)",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_04,
     },
     Attack {
@@ -92,6 +99,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "one 201 and one order per round; every other answer a 200 replay of that order or a 409 in progress; no 5xx",
         exposed_if: "a round creates more than one order",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_05,
     },
     Attack {
@@ -101,6 +109,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "422; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_06,
     },
     Attack {
@@ -110,6 +119,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "422; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_07,
     },
     Attack {
@@ -119,6 +129,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "422 for each; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_08,
     },
     Attack {
@@ -128,6 +139,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "415 for non-JSON bodies and nothing created by them; no Access-Control-Allow-* for the foreign origin",
         exposed_if: "a non-JSON POST creates an order, or an answer grants the foreign origin access",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_09,
     },
     Attack {
@@ -137,6 +149,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "422; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_10,
     },
     Attack {
@@ -146,6 +159,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "422 for each; no order created",
         exposed_if: "an order is created",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_11,
     },
     Attack {
@@ -155,6 +169,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "an opaque key: 201, then a 200 replay of the same order; one order per key; listing still works",
         exposed_if: "a retry creates a second order, or the orders created before the injection are gone",
         needs: Needs::OneUser,
+        tries: &[],
         check: atk_12,
     },
     Attack {
@@ -164,6 +179,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "two unrelated keys: B gets its own 201 and its own order, not A's replay",
         exposed_if: "user B is answered with user A's order, or the key creates a second order",
         needs: Needs::TwoUsers,
+        tries: &[],
         check: ext_01,
     },
     Attack {
@@ -173,15 +189,17 @@ pub const ATTACKS: &[Attack] = &[
         expects: "404 exactly like a nonexistent order; A's order unchanged and absent from B's list",
         exposed_if: "user B reads, changes or cancels user A's order, or sees it in its list",
         needs: Needs::TwoUsers,
+        tries: &["GET", "PATCH", "DELETE"],
         check: ext_02,
     },
     Attack {
         id: "EXT-03",
         title: "key over 255 characters",
-        sends: "a key of 256 characters, then one of exactly 255",
-        expects: "400 and nothing created for 256; 201 for 255",
-        exposed_if: "the key of 256 characters creates an order",
+        sends: "keys of 255 and 256 characters; past an accepted 256, keys of 8 KiB and 64 KiB, each retried; the bound found by bisection",
+        expects: "201 for 255; 400 and nothing created for 256",
+        exposed_if: "keys of 8 KiB and 64 KiB are both stored and replayed (no bound), a long key's retry creates another order, or a refused key creates one",
         needs: Needs::OneUser,
+        tries: &[],
         check: ext_03,
     },
     Attack {
@@ -191,6 +209,7 @@ pub const ATTACKS: &[Attack] = &[
         expects: "each retry: 200, Idempotent-Replayed: true, the same body, Location and Content-Type",
         exposed_if: "a retry creates an order, or answers with a different order",
         needs: Needs::OneUser,
+        tries: &[],
         check: ext_04,
     },
 ];
@@ -228,6 +247,27 @@ fn refusals(p: &mut Probe<'_>, answers: &[(String, Option<Response>)], want: u16
             whats.join(", ")
         ));
     }
+}
+
+/// [`refusals`] of requests the application, not an idempotency layer,
+/// must answer (each under a key of its own): those the layer answered
+/// instead are one deviation that says so, and are not judged as refusals.
+fn application_refusals(p: &mut Probe<'_>, answers: &[(String, Option<Response>)], want: u16) {
+    let (layer, application): (Vec<_>, Vec<_>) = answers
+        .iter()
+        .cloned()
+        .partition(|(_, r)| r.as_ref().is_some_and(|r| p.layer_answer(r).is_some()));
+    if let Some((_, Some(first))) = layer.first() {
+        let whats: Vec<&str> = layer.iter().map(|(w, _)| w.as_str()).collect();
+        let why = p.layer_answer(first).unwrap_or_default();
+        p.deviate(format!(
+            "answered by the idempotency layer, not the application ({why}: {}), although \
+             each had a key of its own, so what the application does with them is unknown: {}",
+            first.brief(),
+            whats.join(", ")
+        ));
+    }
+    refusals(p, &application, want);
 }
 
 /// Exposed when the attack created an order for `user`: `what` did it.
@@ -286,15 +326,25 @@ fn expect_unchanged(
     expected: &Response,
     by: &str,
 ) -> Result<(), CannotJudge> {
-    let read = p.get_order(user, id)?;
-    if !read.success() {
-        return Err(CannotJudge(format!(
-            "reading the original order {id} back answered {}",
-            read.brief()
-        )));
-    }
+    let now = if p.shape().has("GET") {
+        let read = p.get_order(user, id)?;
+        if !read.success() {
+            return Err(CannotJudge(format!(
+                "reading the original order {id} back answered {}",
+                read.brief()
+            )));
+        }
+        p.order_in(&read).unwrap_or_default()
+    } else {
+        // No way to read one order: its line in the listing.
+        let shape = p.shape().clone();
+        p.run_orders(user)?
+            .into_iter()
+            .find(|o| shape.id_of(o).as_deref() == Some(id))
+            .ok_or_else(|| CannotJudge(format!("the listing no longer shows order {id}")))?
+    };
     let then = order_facts(p, &p.order_in(expected).unwrap_or_default());
-    let now = order_facts(p, &p.order_in(&read).unwrap_or_default());
+    let now = order_facts(p, &now);
     if now != then {
         p.expose(format!(
             "{by} changed the original order: it was {then}, it is now {now}"
@@ -330,23 +380,99 @@ fn atk_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     nothing_created(p, User::A, "a blank key")
 }
 
+/// ATK-03's bodies for the key of `{"quantity": 2, "price": 9.99}` that are
+/// other requests, each with what it is: a changed value, and what a loose
+/// comparison takes for the first.
+fn other_requests(p: &Probe<'_>) -> Vec<(String, String, u16)> {
+    let shape = p.shape();
+    let item = p.target.item();
+    let (q, pr) = (&shape.quantity_field, &shape.price_field);
+    let added = p.order_body("2", "9.99");
+    let added = format!(
+        "{},\"atk_note\":\"a member the first request did not have\"}}",
+        added.trim_end_matches('}')
+    );
+    vec![
+        // The contract's own: a valid body, another order: 409.
+        (
+            format!("the changed body ({q} 99, {pr} 0.01) with the same key"),
+            p.order_body("99", "0.01"),
+            409,
+        ),
+        // What a loose comparison misses: refused (409, or 422 where
+        // validation comes first), never the first order.
+        (
+            format!("the numbers sent as strings ({q} \"2\", {pr} \"9.99\") with the same key"),
+            p.order_body("\"2\"", "\"9.99\""),
+            0,
+        ),
+        (
+            "the body with a member added (atk_note) with the same key".to_owned(),
+            added,
+            0,
+        ),
+        (
+            format!("the body without {pr} with the same key"),
+            shape.body(Some(&item), Some("2"), None),
+            0,
+        ),
+        (
+            format!("the body with {pr} null with the same key"),
+            p.order_body("2", "null"),
+            0,
+        ),
+    ]
+}
+
+/// ATK-03's bodies that are the first request written otherwise: the same
+/// request, which the contract replays.
+fn same_requests(p: &Probe<'_>) -> Vec<(String, String)> {
+    let shape = p.shape();
+    let json = |t: &str| serde_json::Value::String(t.to_owned()).to_string();
+    let mut members = vec![
+        format!("{}:{}", json(&shape.item_field), json(&p.target.item())),
+        format!("{}:2", json(&shape.quantity_field)),
+        format!("{}:9.99", json(&shape.price_field)),
+    ];
+    members.extend(
+        shape
+            .extra
+            .iter()
+            .map(|(name, value)| format!("{}:{value}", json(name))),
+    );
+    let spaced = format!(
+        "{{\n  {}\n}}\n",
+        members.join(",\n  ").replace("\":", "\" : ")
+    );
+    members.reverse();
+    vec![
+        (
+            "the same body with its members reordered".to_owned(),
+            format!("{{{}}}", members.join(",")),
+        ),
+        ("the same body with whitespace added".to_owned(), spaced),
+    ]
+}
+
 fn atk_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let key = p.key("03");
     let body = p.order_body("2", "9.99");
     let first = p.post(User::A, Some(&key), &body)?;
     let id = created_id(p, &first, "the first request")?;
 
-    let changed = "the changed body (quantity 99, price 0.01) with the same key";
-    let tampered = p
-        .post(User::A, Some(&key), &p.order_body("99", "0.01"))
-        .ok();
-    let Some(tampered) = tampered else {
-        // No answer to judge: what it did is in the state.
-        refusals(p, &[(changed.to_owned(), None)], 409);
-        expect_unchanged(p, User::A, &id, &first, changed)?;
-        return more_than_one_created(p, "one key and its changed body");
-    };
-    if tampered.success() {
+    let mut refused = Vec::new();
+    for (changed, body, want) in other_requests(p) {
+        let answer = p.post(User::A, Some(&key), &body).ok();
+        let Some(tampered) = answer else {
+            refused.push((changed, None, want));
+            continue;
+        };
+        if !tampered.success() {
+            if want != 0 || tampered.status >= 500 {
+                refused.push((changed, Some(tampered), want.max(409)));
+            }
+            continue;
+        }
         match p.id_in(&tampered) {
             Some(same) if same == id => {
                 let quantity = member(p, &tampered, &p.shape().quantity_field);
@@ -366,11 +492,31 @@ fn atk_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
                 tampered.status
             )),
         }
-    } else {
-        refusals(p, &[(changed.to_owned(), Some(tampered))], 409);
     }
-    expect_unchanged(p, User::A, &id, &first, changed)?;
-    more_than_one_created(p, "one key and its changed body")
+    for (changed, answer, want) in refused {
+        refusals(p, &[(changed, answer)], want);
+    }
+    for (same, body) in same_requests(p) {
+        match p.post(User::A, Some(&key), &body) {
+            Ok(r) if r.success() => match p.id_in(&r) {
+                Some(other) if other != id => p.expose(format!(
+                    "{same} was answered {} with another order {other}: one request, two orders",
+                    r.status
+                )),
+                _ => {}
+            },
+            Ok(r) => p.deviate(format!(
+                "{} where the contract says a 200 replay of order {id}: {same} is the same \
+                 request (the contract compares canonical JSON; this target compares bytes)",
+                r.brief()
+            )),
+            Err(_) => p.deviate(format!(
+                "no answer where the contract says a 200 replay of order {id}: {same}"
+            )),
+        }
+    }
+    expect_unchanged(p, User::A, &id, &first, "the changed bodies")?;
+    more_than_one_created(p, "one key and its changed bodies")
 }
 
 /// Exposed when user A has more than one new order: `what` made them.
@@ -415,8 +561,11 @@ fn judge_second_key(p: &mut Probe<'_>, a: &str, second: &Response) {
              collide, and the second request's order was never created",
             second.status
         )),
-        Some(_) if second.replayed() => {
-            p.deviate("the second key's answer is marked as a replay (Idempotent-Replayed)");
+        Some(_) if p.replayed(second) => {
+            p.deviate(format!(
+                "the second key's answer is marked as a replay ({})",
+                p.shape().replay_header
+            ));
         }
         Some(_) => {}
         None => p.deviate(format!(
@@ -433,11 +582,15 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let body = p.order_body("2", "9.99");
     let count = p.target.concurrency;
     let mut before: Vec<String> = Vec::new();
+    let mut raced = 0;
     for round in 1..=RACE_ROUNDS {
         let key = p.key(&format!("05-round-{round}"));
-        let answers = p.race(User::A, &key, &body, count);
-        let sent = answers.len();
-        let responses: Vec<Response> = answers.into_iter().filter_map(Result::ok).collect();
+        let race = p.race(User::A, &key, &body, count);
+        if race.overlapped {
+            raced += 1;
+        }
+        let sent = race.answers.len();
+        let responses: Vec<Response> = race.answers.into_iter().filter_map(Result::ok).collect();
         let unanswered = sent - responses.len();
         if unanswered > 0 {
             p.deviate(format!(
@@ -445,7 +598,7 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
                  the contract says a 201, a replay or 409 in progress"
             ));
         }
-        judge_race(p, round, &responses, unanswered);
+        judge_race(p, round, &responses, unanswered, race.overlapped);
         // What the round made is in the state, answered or not.
         let created = p.created(User::A)?;
         let this_round: Vec<String> = created
@@ -472,42 +625,86 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         }
         before = created;
     }
+    if raced == 0 {
+        return Err(CannotJudge(format!(
+            "no race was tried: in each of {RACE_ROUNDS} rounds every one of the {count} \
+             requests was answered before the next was sent (--concurrency {count}), so no two \
+             were ever in flight at once; one order per round shows nothing about concurrent \
+             duplicates"
+        )));
+    }
     Ok(())
 }
 
 /// One round of identical concurrent requests, as far as they were answered:
-/// this contract answers one 201 and replays it (200) or says 409 in
-/// progress to the others; anything else is a deviation (what was created
-/// is judged by the state).
-fn judge_race(p: &mut Probe<'_>, round: usize, responses: &[Response], unanswered: usize) {
-    let created = responses.iter().filter(|r| r.status == 201).count();
-    let replays = responses.iter().filter(|r| r.status == 200).count();
+/// this contract answers one 201 and replays it (200, marked by the replay
+/// header) or says 409 in progress to the others; anything else is a
+/// deviation (what was created is judged by the state). A creation is a
+/// 2xx without the replay header.
+fn judge_race(
+    p: &mut Probe<'_>,
+    round: usize,
+    responses: &[Response],
+    unanswered: usize,
+    overlapped: bool,
+) {
+    let header = p.shape().replay_header.clone();
+    let created: Vec<&Response> = responses
+        .iter()
+        .filter(|r| r.success() && !p.replayed(r))
+        .collect();
+    let replays: Vec<&Response> = responses
+        .iter()
+        .filter(|r| r.success() && p.replayed(r))
+        .collect();
     let in_progress = responses.iter().filter(|r| r.status == 409).count();
+    let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
+    for r in responses {
+        *statuses.entry(r.status).or_default() += 1;
+    }
+    let statuses: Vec<String> = statuses.iter().map(|(s, n)| format!("{n}×{s}")).collect();
+    let overlap = if overlapped {
+        "the requests overlapped"
+    } else {
+        "no race was tried: each request was answered before the next was sent"
+    };
     p.note(format!(
-        "round {round}: {} requests: {created}×201, {replays}×200, {in_progress}×409, {} other, \
-         {unanswered} without an answer",
+        "round {round}: {} requests: {} created, {} replayed, {in_progress} in progress (409), \
+         {} other, {unanswered} without an answer ({}); {overlap}",
         responses.len() + unanswered,
-        responses.len() - created - replays - in_progress
+        created.len(),
+        replays.len(),
+        responses.len() - created.len() - replays.len() - in_progress,
+        statuses.join(", ")
     ));
-    if created > 1 {
+    if created.len() > 1 {
         p.deviate(format!(
-            "{created} concurrent duplicates were answered 201 where the contract says one 201 \
-             and replays (200)"
+            "{} concurrent duplicates were answered as creations (2xx without `{header}: true`) \
+             where the contract says one 201 and replays (200 with `{header}: true`)",
+            created.len()
+        ));
+    }
+    let replayed_201 = replays.iter().filter(|r| r.status != 200).count();
+    if replayed_201 > 0 {
+        p.deviate(format!(
+            "{replayed_201} replays of the race were answered {} where the contract says 200 \
+             (the retry created nothing)",
+            replays
+                .iter()
+                .find(|r| r.status != 200)
+                .map_or(0, |r| r.status)
         ));
     }
     if let Some(blank) = responses
         .iter()
-        .find(|r| r.status == 200 && p.id_in(r).is_none())
+        .find(|r| r.success() && p.id_in(r).is_none())
     {
         p.deviate(format!(
-            "a concurrent duplicate was answered 200 without the order: {}",
+            "a concurrent duplicate was answered {} without the order",
             blank.brief()
         ));
     }
-    if let Some(other) = responses
-        .iter()
-        .find(|r| !matches!(r.status, 200 | 201 | 409))
-    {
+    if let Some(other) = responses.iter().find(|r| !r.success() && r.status != 409) {
         p.deviate(format!(
             "a concurrent duplicate was answered {} where the contract says a replay or 409 in progress",
             other.brief()
@@ -515,22 +712,39 @@ fn judge_race(p: &mut Probe<'_>, round: usize, responses: &[Response], unanswere
     }
 }
 
-/// Sends each body (with what it is) with `key`; this contract refuses
-/// each with `status` and creates nothing.
+/// Sends each body (with what it is), each with a fresh key of its own
+/// (`<suffix>-1`, `<suffix>-2`, …), so that an idempotency layer in front
+/// of the application has no earlier answer to give for it; this contract
+/// refuses each with `status` and creates nothing. When the layer answered
+/// every body anyway, the application was never asked: the check cannot
+/// judge.
 fn refused_each(
     p: &mut Probe<'_>,
-    key: &str,
+    suffix: &str,
     bodies: &[(String, String)],
     status: u16,
 ) -> Result<(), CannotJudge> {
     let mut answers = Vec::new();
-    for (what, body) in bodies {
-        let response = p.post(User::A, Some(key), body).ok();
+    for (n, (what, body)) in bodies.iter().enumerate() {
+        let key = p.key(&format!("{suffix}-{}", n + 1));
+        let response = p.post(User::A, Some(&key), body).ok();
         answers.push((what.clone(), response));
     }
-    refusals(p, &answers, status);
+    application_refusals(p, &answers, status);
     let what: Vec<&str> = bodies.iter().map(|(w, _)| w.as_str()).collect();
-    nothing_created(p, User::A, &what.join(" or "))
+    nothing_created(p, User::A, &what.join(" or "))?;
+    let by_layer = answers
+        .iter()
+        .filter(|(_, r)| r.as_ref().is_some_and(|r| p.layer_answer(r).is_some()))
+        .count();
+    if by_layer == answers.len() {
+        return Err(CannotJudge(format!(
+            "every body was answered by the idempotency layer, not the application \
+             (see the deviation): {}",
+            what.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 fn atk_06(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
@@ -538,12 +752,12 @@ fn atk_06(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         ("quantity -1".into(), p.order_body("-1", "9.99")),
         ("quantity -1000000".into(), p.order_body("-1000000", "9.99")),
     ];
-    refused_each(p, &p.key("06"), &bodies, 422)
+    refused_each(p, "06", &bodies, 422)
 }
 
 fn atk_07(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     let bodies = [("quantity 0".into(), p.order_body("0", "9.99"))];
-    refused_each(p, &p.key("07"), &bodies, 422)
+    refused_each(p, "07", &bodies, 422)
 }
 
 fn atk_08(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
@@ -563,7 +777,7 @@ fn atk_08(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         ),
         ("{}".into(), "{}".into()),
     ];
-    refused_each(p, &p.key("08"), &bodies, 422)
+    refused_each(p, "08", &bodies, 422)
 }
 
 /// An origin no deployment allows.
@@ -597,11 +811,15 @@ fn atk_09(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         shape.price_field
     );
     let mut answers = Vec::new();
-    for content_type in [
+    for (n, content_type) in [
         "application/x-www-form-urlencoded",
         "multipart/form-data; boundary=x",
         "text/plain",
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("{key}-{}", n + 1);
         let response = p
             .send(
                 Call::new("POST", &base)
@@ -618,7 +836,7 @@ fn atk_09(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         }
         answers.push((what, response));
     }
-    refusals(p, &answers, 415);
+    application_refusals(p, &answers, 415);
     nothing_created(p, User::A, "the non-JSON POSTs from a foreign origin")?;
 
     let preflight = p.send(
@@ -661,7 +879,7 @@ fn atk_10(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         ("price -0.01".into(), p.order_body("2", "-0.01")),
         ("price -9.99".into(), p.order_body("2", "-9.99")),
     ];
-    refused_each(p, &p.key("10"), &bodies, 422)
+    refused_each(p, "10", &bodies, 422)
 }
 
 /// The quantities ATK-11 sends: none is a JSON integer literal.
@@ -672,7 +890,7 @@ fn atk_11(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         .iter()
         .map(|q| (format!("quantity {q}"), p.order_body(q, "9.99")))
         .collect();
-    refused_each(p, &p.key("11"), &bodies, 422)
+    refused_each(p, "11", &bodies, 422)
 }
 
 fn atk_12(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
@@ -777,8 +995,11 @@ fn judge_other_users_key(p: &mut Probe<'_>, a: &str, bobs: &Response) {
              keys are not scoped to their user, so B reads A's order",
             bobs.status
         )),
-        Some(_) if bobs.replayed() => {
-            p.deviate("user B's answer is marked as a replay (Idempotent-Replayed)");
+        Some(_) if p.replayed(bobs) => {
+            p.deviate(format!(
+                "user B's answer is marked as a replay ({})",
+                p.shape().replay_header
+            ));
         }
         Some(_) => {}
         None => p.deviate(format!(
@@ -820,7 +1041,17 @@ fn ext_02(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         r#"{{"{}":99,"{}":0.01}}"#,
         shape.quantity_field, shape.price_field
     );
-    for method in ["GET", "PATCH", "DELETE"] {
+    let (methods, lacked): (Vec<&str>, Vec<&str>) = ["GET", "PATCH", "DELETE"]
+        .into_iter()
+        .partition(|m| shape.has(m));
+    if !lacked.is_empty() {
+        p.note(format!(
+            "user B's {} not tried: the profile says the target lacks {}",
+            lacked.join(", "),
+            lacked.join(", ")
+        ));
+    }
+    for method in methods {
         let mut answers = Vec::new();
         for (target_id, whose) in [(&id, "foreign"), (&missing, "missing")] {
             let path = p.target.order_path(target_id);
@@ -890,46 +1121,177 @@ fn without_occurrence(body: &str) -> String {
     }
 }
 
-fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
-    let body = p.order_body("2", "9.99");
-    let prefix = p.key("ext-03-");
-    let too_long = format!("{prefix}{}", "k".repeat(256 - prefix.len()));
-    let what = "a key of 256 characters".to_owned();
-    let refused = p.post(User::A, Some(&too_long), &body).ok();
-    let unbounded =
-        "keys are not bounded, so a client can make the target store a key of any length";
-    let accepted = refused
-        .as_ref()
-        .and_then(|r| p.id_in(r).filter(|_| r.success()));
-    match (&accepted, refused) {
-        (Some(id), Some(refused)) => p.expose(format!(
-            "{what} was accepted ({} with order {id}): {unbounded}",
-            refused.status
-        )),
-        (_, refused) => refusals(p, &[(what.clone(), refused)], 400),
+/// Key lengths EXT-03 sends past 256 to tell "no bound" from "another
+/// bound": 8 KiB and 64 KiB (past many HTTP servers' header limits, which
+/// are a bound too).
+pub const LONG_KEYS: [usize; 2] = [8 * 1024, 64 * 1024];
+
+/// A key of this run of exactly `length` characters (at least its prefix's).
+fn key_of_length(p: &Probe<'_>, n: usize, length: usize) -> String {
+    let prefix = p.key(&format!("ext-03-{n}-"));
+    let pad = length.saturating_sub(prefix.len());
+    format!("{prefix}{}", "k".repeat(pad))
+}
+
+/// What a key of some length met: accepted (an order named), or refused
+/// (the answer, if any).
+enum KeyAnswer {
+    Accepted { id: String, status: u16 },
+    Refused(Option<Response>),
+}
+
+/// EXT-03's probes: each key fresh, each length sent once (its retry too
+/// when accepted past 256).
+struct KeyProbe {
+    sent: usize,
+    /// Orders named by accepted keys.
+    accepted: Vec<String>,
+}
+
+impl KeyProbe {
+    fn send(&mut self, p: &mut Probe<'_>, length: usize) -> (String, KeyAnswer) {
+        self.sent += 1;
+        let key = key_of_length(p, self.sent, length);
+        let body = p.order_body("2", "9.99");
+        let answer = match p.post(User::A, Some(&key), &body) {
+            Ok(r) => match p.id_in(&r).filter(|_| r.success()) {
+                Some(id) => {
+                    self.accepted.push(id.clone());
+                    KeyAnswer::Accepted {
+                        id,
+                        status: r.status,
+                    }
+                }
+                None => KeyAnswer::Refused(Some(r)),
+            },
+            Err(_) => KeyAnswer::Refused(None),
+        };
+        (key, answer)
     }
+
+    /// The longest accepted length between `accepted` and `refused`, by
+    /// bisection.
+    fn bound(&mut self, p: &mut Probe<'_>, mut accepted: usize, mut refused: usize) -> usize {
+        while refused - accepted > 1 {
+            let mid = accepted + (refused - accepted) / 2;
+            match self.send(p, mid).1 {
+                KeyAnswer::Accepted { .. } => accepted = mid,
+                KeyAnswer::Refused(_) => refused = mid,
+            }
+        }
+        accepted
+    }
+}
+
+fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
+    let mut probe = KeyProbe {
+        sent: 0,
+        accepted: Vec::new(),
+    };
+    let shortest = p.key("ext-03-0-").len();
+    let (_, at_255) = probe.send(p, 255);
+    let (_, at_256) = probe.send(p, 256);
+    match (at_255, at_256) {
+        (KeyAnswer::Accepted { .. }, KeyAnswer::Refused(refused)) => {
+            // The contract's bound: 256 is refused as a bad request.
+            refusals(p, &[("a key of 256 characters".to_owned(), refused)], 400);
+        }
+        (KeyAnswer::Refused(refused), KeyAnswer::Refused(_)) => {
+            let shown = |r: Option<Response>| r.map_or_else(|| "nothing".to_owned(), |r| r.brief());
+            match probe.send(p, shortest) {
+                (_, KeyAnswer::Refused(also)) => p.deviate(format!(
+                    "keys of 255, 256 and even {shortest} characters (the shortest this check \
+                     sends) were refused where the contract accepts up to 255; a key of 255 \
+                     characters was answered {}, one of {shortest} {}",
+                    shown(refused),
+                    shown(also)
+                )),
+                (_, KeyAnswer::Accepted { .. }) => {
+                    let bound = probe.bound(p, shortest, 255);
+                    p.deviate(format!(
+                        "keys are bounded at {bound} characters where the contract says 255 \
+                         ({bound} accepted, {} refused; a key of 255 characters was answered {})",
+                        bound + 1,
+                        shown(refused)
+                    ));
+                }
+            }
+        }
+        (_, KeyAnswer::Accepted { id, status }) => {
+            p.note(format!(
+                "a key of 256 characters was accepted ({status} with order {id}): \
+                 trying keys of {} and {} characters",
+                LONG_KEYS[0], LONG_KEYS[1]
+            ));
+            long_keys(p, &mut probe)?;
+        }
+    }
+    // A refused key that created an order anyway: by the state.
     let created: Vec<String> = p
         .created(User::A)?
         .into_iter()
-        .filter(|id| Some(id) != accepted.as_ref())
+        .filter(|id| !probe.accepted.contains(id))
         .collect();
     if !created.is_empty() {
         p.expose(format!(
-            "{what} created order {}: {unbounded}",
+            "a key the target refused created order {} anyway",
             created.join(", ")
         ));
     }
-    let longest = format!("{prefix}{}", "k".repeat(255 - prefix.len()));
-    match p.post(User::A, Some(&longest), &body) {
-        Ok(accepted) if accepted.success() => {}
-        Ok(accepted) => p.deviate(format!(
-            "{} where the contract says 201: a key of exactly 255 characters",
-            accepted.brief()
-        )),
-        Err(_) => {
-            p.deviate("no answer where the contract says 201: a key of exactly 255 characters")
+    Ok(())
+}
+
+/// EXT-03 past 256: keys of [`LONG_KEYS`] stored and replayed mean no
+/// bound (exposed); the first refused one is a bound, found by bisection (a
+/// deviation naming it); an accepted one whose retry is not its replay
+/// means keys that long are taken and not honoured (exposed).
+fn long_keys(p: &mut Probe<'_>, probe: &mut KeyProbe) -> Result<(), CannotJudge> {
+    let mut longest_accepted = 256;
+    for length in LONG_KEYS {
+        let (key, answer) = probe.send(p, length);
+        let KeyAnswer::Accepted { id, .. } = answer else {
+            let bound = probe.bound(p, longest_accepted, length);
+            let how = match answer {
+                KeyAnswer::Refused(Some(r)) => format!("was answered {}", r.brief()),
+                _ => "got no answer".to_owned(),
+            };
+            p.deviate(format!(
+                "keys are bounded at {bound} characters where the contract says 255 \
+                 ({bound} accepted, {} refused; a key of {length} characters {how})",
+                bound + 1
+            ));
+            return Ok(());
+        };
+        let body = p.order_body("2", "9.99");
+        let retry = p.post(User::A, Some(&key), &body).ok();
+        match retry
+            .as_ref()
+            .and_then(|r| p.id_in(r).filter(|_| r.success()))
+        {
+            Some(same) if same == id => {}
+            Some(other) => {
+                p.expose(format!(
+                    "a key of {length} characters was accepted (order {id}), and its retry \
+                     created another order {other}: keys that long are taken and not honoured"
+                ));
+                return Ok(());
+            }
+            None => {
+                p.deviate(format!(
+                    "a key of {length} characters was accepted (order {id}), and its retry \
+                     was answered {} where the contract says a key that long is refused",
+                    retry.map_or_else(|| "nothing".to_owned(), |r| r.brief())
+                ));
+                return Ok(());
+            }
         }
+        longest_accepted = length;
     }
+    p.expose(format!(
+        "keys have no bound: keys of {} and {} characters were stored and replayed, so a client \
+         can make the target store a key of any length (the contract refuses keys over 255)",
+        LONG_KEYS[0], LONG_KEYS[1]
+    ));
     Ok(())
 }
 
@@ -971,8 +1333,11 @@ fn ext_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
                 replay.status
             ));
         }
-        if !replay.replayed() {
-            p.deviate("a retry has no `Idempotent-Replayed: true`");
+        if !p.replayed(&replay) {
+            p.deviate(format!(
+                "a retry has no `{}: true`",
+                p.shape().replay_header
+            ));
         }
         if replay.body != created.body {
             p.deviate(format!(

@@ -18,7 +18,9 @@
 pub mod chaos;
 pub mod checks;
 pub mod history;
+pub mod internals;
 pub mod invariants;
+mod output;
 pub mod probe;
 mod report;
 pub mod shape;
@@ -262,6 +264,15 @@ impl Attack {
             Needs::OneUser => &[User::A],
             Needs::TwoUsers => &[User::A, User::B],
         };
+        if !self.tries.is_empty() && self.tries.iter().all(|r| !target.shape.has(r)) {
+            report.verdict = Verdict::Skipped {
+                reason: format!(
+                    "the profile says the target lacks {}, every route this check tries",
+                    self.tries.join(", ")
+                ),
+            };
+            return report;
+        }
         if self.needs == Needs::TwoUsers && (target.token.is_none() || target.token_b.is_none()) {
             report.verdict = Verdict::Skipped {
                 reason: "the tenancy checks need two users of the target: --token \
@@ -341,6 +352,9 @@ pub struct Cleanup {
     pub cancelled: usize,
     /// Cancels that did not answer 2xx: `id: status`.
     pub problems: Vec<String>,
+    /// Why no order was cancelled, when none could be (the target lacks `DELETE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_tried: Option<String>,
 }
 
 impl RunReport {
@@ -418,6 +432,12 @@ pub fn run_attacks(target: &Target, attacks: &[&'static Attack], keep: bool) -> 
             orders: orders.len(),
             ..Cleanup::default()
         }
+    } else if !target.shape.has("DELETE") {
+        Cleanup {
+            orders: orders.len(),
+            not_tried: Some("the profile says the target lacks DELETE".into()),
+            ..Cleanup::default()
+        }
     } else {
         cancel_all(target, &orders)
     };
@@ -450,16 +470,21 @@ fn cancel_all(target: &Target, orders: &[(User, String)]) -> Cleanup {
     };
     for (user, id) in orders {
         let mut headers = vec![(
-            "Idempotency-Key".to_owned(),
+            target.shape.key_header.clone(),
             format!("atk-{}-cancel-{id}", target.run_id),
         )];
         if let Some(token) = target.token_of(*user) {
             headers.push(("Authorization".to_owned(), format!("Bearer {token}")));
         }
-        let url = format!("{}{}", target.server, target.order_path(id));
+        let path = target.order_path(id);
+        let url = format!("{}{path}", target.server);
         match probe::request(&agent, "DELETE", &url, &headers, None) {
             Ok(r) if r.success() => cleanup.cancelled += 1,
-            Ok(r) => cleanup.problems.push(format!("{id}: {}", r.brief())),
+            Ok(r) => {
+                // The same answer for every order reads as one.
+                let answer = r.brief().replace(&path, &target.shape.order("{id}"));
+                cleanup.problems.push(format!("{id}: {answer}"));
+            }
             Err(e) => cleanup.problems.push(format!("{id}: {e}")),
         }
     }
@@ -481,7 +506,7 @@ pub fn run(args: &AtkArgs) -> Result<(), AtkError> {
     let mut report = run_attacks(&target, &attacks, args.keep);
     report.strict = args.strict;
 
-    report::emit(
+    output::emit(
         &report::render(&report, Format::Text),
         &|format| report::render(&report, format),
         args.format,

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Barrier;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::shape::Shape;
 
 /// Longest body or header value kept in the evidence, in characters.
-const EVIDENCE_CHARS: usize = 400;
+pub const EVIDENCE_CHARS: usize = 400;
 /// Distinct answers kept per round of a race.
 const RACE_EXCHANGES_KEPT: usize = 10;
 /// Pages of the listing read to find this run's orders.
@@ -37,31 +37,6 @@ const EVIDENCE_HEADERS: &[&str] = &[
     "access-control-allow-headers",
     "access-control-allow-credentials",
 ];
-/// What a 5xx body shows when it shows internals (lower case): SQL, stack
-/// traces, source paths.
-const INTERNALS: &[&str] = &[
-    "sqlstate",
-    "syntax error",
-    "stack trace",
-    "stacktrace",
-    "traceback",
-    "panicked at",
-    "exception",
-    "sqlite",
-    "postgres",
-    "mysql",
-    "select ",
-    "insert into",
-    ".php",
-    ".rs:",
-    ".py\"",
-    ".java:",
-    "/home/",
-    "/usr/",
-    "/var/",
-    "/src/",
-];
-
 /// The deployment under attack, its shape, and who the checks act as.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -187,24 +162,29 @@ impl Response {
         (200..300).contains(&self.status)
     }
 
-    /// Marked as a replay (`Idempotent-Replayed: true`).
-    pub fn replayed(&self) -> bool {
-        self.header("Idempotent-Replayed")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    /// Marked as a replay by `header` (`Idempotent-Replayed: true` here;
+    /// `1` and `yes` are taken as `true` too).
+    pub fn replayed_by(&self, header: &str) -> bool {
+        self.header(header).is_some_and(|v| {
+            ["true", "1", "yes"]
+                .iter()
+                .any(|t| v.trim().eq_ignore_ascii_case(t))
+        })
     }
 
-    /// `status` and the start of the body, for a message.
+    /// `status` and the start of the body, its whitespace folded, for a message.
     pub fn brief(&self) -> String {
-        format!("{} {}", self.status, trim(&self.body, 160))
+        format!("{} {}", self.status, trim(&fold(&self.body), 160))
     }
 
-    /// What of its body shows the target's internals, for a 5xx.
-    fn internals(&self) -> Option<&'static str> {
-        if self.status < 500 {
-            return None;
-        }
-        let body = self.body.to_ascii_lowercase();
-        INTERNALS.iter().copied().find(|i| body.contains(i))
+    /// What of its body or headers shows the target's internals, whatever
+    /// its status: the kind and the text that shows it.
+    fn internals(&self) -> Option<(&'static str, String)> {
+        crate::internals::find(&self.body).or_else(|| {
+            self.headers
+                .iter()
+                .find_map(|(name, value)| crate::internals::find(&format!("{name}: {value}")))
+        })
     }
 }
 
@@ -249,6 +229,12 @@ pub fn trim(text: &str, max: usize) -> String {
     format!("{kept}… ({count} characters)")
 }
 
+/// `text` with each run of whitespace (newlines included) as one space:
+/// an HTML page as one line.
+pub fn fold(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// A header value as evidence: quoted (whitespace shows), long ones cut.
 fn quoted(value: &str) -> String {
     let count = value.chars().count();
@@ -265,6 +251,8 @@ pub(crate) struct Call<'a> {
     /// Relative to the server, e.g. `/v1/orders/…`.
     pub path: &'a str,
     pub user: Option<User>,
+    /// The idempotency key, sent in the shape's key header.
+    pub key: Option<String>,
     pub headers: Vec<(&'a str, String)>,
     pub body: Option<String>,
 }
@@ -275,6 +263,7 @@ impl<'a> Call<'a> {
             method,
             path,
             user: None,
+            key: None,
             headers: Vec::new(),
             body: None,
         }
@@ -291,12 +280,11 @@ impl<'a> Call<'a> {
         self
     }
 
-    /// `Idempotency-Key: key` when `key` is some.
-    pub fn key(self, key: Option<&str>) -> Self {
-        match key {
-            Some(key) => self.header("Idempotency-Key", key),
-            None => self,
-        }
+    /// The key (in the target's key header, `Idempotency-Key` here) when
+    /// `key` is some.
+    pub fn key(mut self, key: Option<&str>) -> Self {
+        self.key = key.map(str::to_owned);
+        self
     }
 
     /// A JSON body.
@@ -388,6 +376,51 @@ impl<'t> Probe<'t> {
         self.target.order_in(response)
     }
 
+    /// Why `response` looks like an idempotency layer's answer rather than
+    /// the application's, if it does: marked as a replay, or a refusal
+    /// that speaks of a key used before or still in progress.
+    pub fn layer_answer(&self, response: &Response) -> Option<String> {
+        if self.replayed(response) {
+            return Some(format!(
+                "marked as a replay by `{}`",
+                self.shape().replay_header
+            ));
+        }
+        if !(400..500).contains(&response.status) {
+            return None;
+        }
+        let body = response.body.to_ascii_lowercase();
+        let about_keys = ["idempot", "key", "request id", "request-id"]
+            .iter()
+            .any(|w| body.contains(w));
+        let reused = [
+            "reuse",
+            "already used",
+            "already been used",
+            "different payload",
+            "different request",
+            "does not match",
+            "doesn't match",
+            "mismatch",
+            "in progress",
+            "in_progress",
+        ]
+        .iter()
+        .find(|w| body.contains(*w));
+        match reused {
+            Some(word) if about_keys => Some(format!(
+                "{} speaking of a key and {word:?}",
+                response.status
+            )),
+            _ => None,
+        }
+    }
+
+    /// Whether `response` is marked as a replay, by the target's replay header.
+    pub fn replayed(&self, response: &Response) -> bool {
+        response.replayed_by(&self.shape().replay_header)
+    }
+
     pub fn note(&mut self, text: impl Into<String>) {
         self.notes.push(text.into());
     }
@@ -433,7 +466,12 @@ impl<'t> Probe<'t> {
             let Some(id) = self.id_in(&answer).filter(|_| answer.success()) else {
                 return Err(CannotJudge(self.control_refused(&answer, who)));
             };
-            self.listing[user as usize] = match self.run_order_ids(user) {
+            let listed = if self.shape().has("LIST") {
+                self.run_order_ids(user)
+            } else {
+                Err(CannotJudge("the profile says the target lacks LIST".into()))
+            };
+            self.listing[user as usize] = match listed {
                 Ok(listed) if listed.contains(&id) => true,
                 Ok(_) => self.no_listing(user, &id, "it does not show it")?,
                 Err(CannotJudge(why)) => self.no_listing(user, &id, &why)?,
@@ -523,6 +561,9 @@ impl<'t> Probe<'t> {
 
     /// Whether `GET {base}/{id}` as `user` answers 2xx (not kept as evidence).
     fn read_back(&self, user: User, id: &str) -> bool {
+        if !self.shape().has("GET") {
+            return false;
+        }
         let path = self.target.order_path(id);
         let (_, result) = send_with(&self.agent, self.target, Call::new("GET", &path).by(user));
         result.is_ok_and(|r| r.success())
@@ -557,11 +598,10 @@ impl<'t> Probe<'t> {
         {
             self.seen.insert((user, id));
         }
-        if let Some(internal) = response.internals() {
+        if let Some((kind, shown)) = response.internals() {
             self.expose(format!(
-                "{what} was answered {} showing internals ({internal:?}): {}",
+                "{what} was answered {} showing the target's internals ({kind}): {shown:?}",
                 response.status,
-                trim(&response.body, 160)
             ));
         }
     }
@@ -585,19 +625,15 @@ impl<'t> Probe<'t> {
 
     /// `count` identical `POST {base}` with one key, released together by a
     /// barrier, each on its own connection. Returns every answer (or why
-    /// none came), in thread order; keeps one exchange per distinct answer
-    /// (the first ten), and lists every request that got no answer.
-    pub fn race(
-        &mut self,
-        user: User,
-        key: &str,
-        body: &str,
-        count: usize,
-    ) -> Vec<Result<Response, CannotJudge>> {
+    /// none came), in thread order, and whether two of the requests were in
+    /// flight at once; keeps one exchange per distinct answer (the first
+    /// ten), and lists every request that got no answer.
+    pub fn race(&mut self, user: User, key: &str, body: &str, count: usize) -> Race {
         let barrier = Barrier::new(count);
         let target = self.target;
         let base = self.base().to_owned();
-        let results: Vec<(Exchange, Result<Response, NoAnswer>)> = std::thread::scope(|s| {
+        type Timed = ((Instant, Instant), (Exchange, Result<Response, NoAnswer>));
+        let results: Vec<Timed> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..count)
                 .map(|_| {
                     let (barrier, base) = (&barrier, &base);
@@ -605,7 +641,9 @@ impl<'t> Probe<'t> {
                         let agent = target.agent();
                         let call = Call::new("POST", base).by(user).key(Some(key)).json(body);
                         barrier.wait();
-                        send_with(&agent, target, call)
+                        let sent = Instant::now();
+                        let result = send_with(&agent, target, call);
+                        ((sent, Instant::now()), result)
                     })
                 })
                 .collect();
@@ -614,21 +652,30 @@ impl<'t> Probe<'t> {
                 .map(|t| match t.join() {
                     Ok(result) => result,
                     Err(_) => (
-                        no_answer_exchange("POST", &base),
-                        Err(NoAnswer::Unanswered(format!(
-                            "POST {base} got no answer: its client thread died"
-                        ))),
+                        (Instant::now(), Instant::now()),
+                        (
+                            no_answer_exchange("POST", &base),
+                            Err(NoAnswer::Unanswered(format!(
+                                "POST {base} got no answer: its client thread died"
+                            ))),
+                        ),
                     ),
                 })
                 .collect()
         });
+        let overlapped = overlapped(results.iter().map(|(span, _)| *span).collect());
         let mut kinds = BTreeSet::new();
         let mut dropped = 0;
         let mut answers = Vec::with_capacity(results.len());
         let what = format!("POST {base}");
-        for (exchange, result) in results {
+        for (_, (exchange, result)) in results {
             let kind = match &result {
-                Ok(r) => format!("{} {} {}", r.status, r.replayed(), r.body),
+                Ok(r) => format!(
+                    "{} {} {}",
+                    r.status,
+                    r.replayed_by(&target.shape.replay_header),
+                    r.body
+                ),
                 Err(e) => e.why().to_owned(),
             };
             if kinds.insert(kind) {
@@ -648,7 +695,10 @@ impl<'t> Probe<'t> {
                 "{dropped} more distinct answers to this round are not kept"
             ));
         }
-        answers
+        Race {
+            answers,
+            overlapped,
+        }
     }
 
     /// `GET {list_path}?{list_query}`, then `cursor=` for a later page.
@@ -759,6 +809,29 @@ impl<'t> Probe<'t> {
     }
 }
 
+/// One round of a race: every answer (or why none came), and whether any
+/// two requests were in flight at once.
+pub struct Race {
+    pub answers: Vec<Result<Response, CannotJudge>>,
+    /// Some request was sent before another one's answer had come back:
+    /// otherwise each was answered before the next was sent, and no race
+    /// was tried.
+    pub overlapped: bool,
+}
+
+/// Whether any two of `spans` (sent, answered) overlap.
+pub(crate) fn overlapped(mut spans: Vec<(Instant, Instant)>) -> bool {
+    spans.sort();
+    let mut answered: Option<Instant> = None;
+    for (sent, done) in spans {
+        if answered.is_some_and(|last| sent < last) {
+            return true;
+        }
+        answered = Some(answered.map_or(done, |last| last.max(done)));
+    }
+    false
+}
+
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 fn percent_encode(raw: &str) -> String {
     raw.bytes()
@@ -814,7 +887,11 @@ fn send_with(
             format!("Bearer <token of user {user:?}>"),
         ));
     }
-    for (name, value) in &call.headers {
+    let key = call
+        .key
+        .as_ref()
+        .map(|key| (target.shape.key_header.as_str(), key.clone()));
+    for (name, value) in key.iter().chain(&call.headers) {
         headers.push(((*name).to_owned(), value.clone()));
         shown.push(((*name).to_owned(), quoted(value)));
     }
@@ -837,7 +914,10 @@ fn send_with(
                 headers: response
                     .headers
                     .iter()
-                    .filter(|(n, _)| EVIDENCE_HEADERS.contains(&n.to_ascii_lowercase().as_str()))
+                    .filter(|(n, _)| {
+                        EVIDENCE_HEADERS.contains(&n.to_ascii_lowercase().as_str())
+                            || n.eq_ignore_ascii_case(&target.shape.replay_header)
+                    })
                     .cloned()
                     .collect(),
                 body: trim(&response.body, EVIDENCE_CHARS),
@@ -861,4 +941,87 @@ pub(crate) fn request(
     body: Option<&str>,
 ) -> Result<Response, String> {
     crate::wire::exchange(agent, method, url, headers, body).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_overlap_only_when_one_was_sent_before_another_was_answered() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // One after the other: answered before the next was sent.
+        assert!(!overlapped(vec![
+            (at(0), at(2)),
+            (at(3), at(5)),
+            (at(6), at(7))
+        ]));
+        assert!(!overlapped(vec![(at(0), at(1))]));
+        assert!(!overlapped(Vec::new()));
+        // The third sent while the second was in flight, in any order given.
+        assert!(overlapped(vec![
+            (at(6), at(9)),
+            (at(0), at(2)),
+            (at(3), at(7))
+        ]));
+    }
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            body: body.to_owned(),
+        }
+    }
+
+    #[test]
+    fn an_answer_looks_like_the_idempotency_layer_s_when_it_replays_or_speaks_of_a_reused_key() {
+        let mut target = Target::new("http://127.0.0.1:1");
+        target.shape.replay_header = "X-Idempotent-Replayed".into();
+        let probe = Probe::new(&target);
+        for layer in [
+            answer(
+                409,
+                &[],
+                r#"{"error":"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_PAYLOAD"}"#,
+            ),
+            answer(
+                422,
+                &[],
+                "Idempotency key already used with another request payload",
+            ),
+            answer(
+                409,
+                &[],
+                r#"{"message":"A request with this key is in progress"}"#,
+            ),
+            answer(201, &[("x-idempotent-replayed", "true")], r#"{"id":1}"#),
+        ] {
+            assert!(probe.layer_answer(&layer).is_some(), "{layer:?}");
+        }
+        for application in [
+            answer(
+                422,
+                &[],
+                r#"{"errors":["quantity must be a positive integer"]}"#,
+            ),
+            answer(
+                400,
+                &[],
+                r#"{"error":"Idempotency-Key header is required"}"#,
+            ),
+            answer(409, &[], r#"{"error":"ORDER_NOT_PENDING"}"#),
+            answer(201, &[("Idempotent-Replayed", "true")], r#"{"id":1}"#),
+            answer(500, &[], "key reused"),
+        ] {
+            assert!(
+                probe.layer_answer(&application).is_none(),
+                "{application:?}"
+            );
+        }
+    }
 }

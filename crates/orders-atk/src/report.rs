@@ -1,50 +1,13 @@
 //! A run's report as text (for people), JSON (everything) or JUnit XML
 //! (for CI). Each carries every check's verdict, its reasons, its
 //! deviations and the requests that got no answer; the text's last line
-//! counts the verdicts. A checked history (from `history` or `chaos`) is
-//! reported the same three ways: one test case per rule, each violation
-//! with its counterexample.
+//! counts the verdicts.
 
 use std::fmt::Write;
-use std::io::Write as _;
-use std::path::Path;
 
-use super::chaos::ChaosReport;
-use super::history::{Checked, HistoryReport, Rule};
-use super::probe::{Exchange, trim};
-use super::{AtkError, CheckReport, Format, RunReport, Verdict};
-
-/// Violations shown in full in a text report; the rest are counted.
-const VIOLATIONS_SHOWN: usize = 20;
-
-/// Writes a report: `render(format)` to `out`, and then the `text` report to
-/// stdout; without `out`, `render(format)` to stdout.
-pub fn emit(
-    text: &str,
-    render: &dyn Fn(Format) -> String,
-    format: Format,
-    out: Option<&Path>,
-) -> Result<(), AtkError> {
-    let mut stdout = std::io::stdout().lock();
-    let stdout_error = |source| AtkError::Write {
-        path: "stdout".into(),
-        source,
-    };
-    match out {
-        Some(path) => {
-            std::fs::write(path, render(format)).map_err(|source| AtkError::Write {
-                path: path.display().to_string(),
-                source,
-            })?;
-            writeln!(stdout, "report written to {}", path.display()).map_err(stdout_error)?;
-            stdout.write_all(text.as_bytes()).map_err(stdout_error)?;
-        }
-        None => stdout
-            .write_all(render(format).as_bytes())
-            .map_err(stdout_error)?,
-    }
-    stdout.flush().map_err(stdout_error)
-}
+use crate::output::{json, xml};
+use crate::probe::{EVIDENCE_CHARS, Exchange, fold, trim};
+use crate::{CheckReport, Format, RunReport, Verdict};
 
 /// Body characters shown per exchange in the text of a check that was not blocked.
 const FULL_BODY_CHARS: usize = 300;
@@ -68,8 +31,13 @@ fn text(report: &RunReport) -> String {
     };
     let _ = writeln!(
         out,
-        "orders-api atk against {}{} ({auth}; run {}, orders' item {})\n",
+        "orders-api atk against {}{} ({auth}; run {}, orders' item {})",
         report.server, report.shape.base_path, report.run_id, report.item
+    );
+    let _ = writeln!(
+        out,
+        "bodies cut to {FULL_BODY_CHARS} characters, whitespace folded, repeated lines \
+         counted (the JSON report keeps each body's first {EVIDENCE_CHARS})\n"
     );
     for check in &report.checks {
         let _ = writeln!(
@@ -86,6 +54,12 @@ fn text(report: &RunReport) -> String {
         let _ = writeln!(
             out,
             "\nkept the {} order(s) of this run (item {}, --keep)",
+            cleanup.orders, report.item
+        );
+    } else if let Some(why) = &cleanup.not_tried {
+        let _ = writeln!(
+            out,
+            "\nleft the {} order(s) of this run (item {}) as they are: {why}",
             cleanup.orders, report.item
         );
     } else {
@@ -170,11 +144,30 @@ pub(super) fn evidence(check: &CheckReport, indent: &str) -> String {
         let _ = writeln!(out, "{indent}no answer: {request}");
     }
     let full = !check.blocked();
-    for exchange in &check.control {
-        out.push_str(&exchange_text(exchange, indent, "control: ", full));
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    let exchanges = check
+        .control
+        .iter()
+        .map(|e| exchange_text(e, indent, "control: ", full))
+        .chain(
+            check
+                .exchanges
+                .iter()
+                .map(|e| exchange_text(e, indent, "", full)),
+        );
+    for text in exchanges {
+        match lines.iter_mut().find(|(seen, _)| *seen == text) {
+            Some((_, count)) => *count += 1,
+            None => lines.push((text, 1)),
+        }
     }
-    for exchange in &check.exchanges {
-        out.push_str(&exchange_text(exchange, indent, "", full));
+    for (text, count) in lines {
+        match count {
+            1 => out.push_str(&text),
+            n => {
+                let _ = writeln!(out, "{} (×{n})", text.trim_end_matches('\n'));
+            }
+        }
     }
     out
 }
@@ -194,7 +187,11 @@ fn exchange_text(exchange: &Exchange, indent: &str, prefix: &str, full: bool) ->
         let _ = write!(line, " {name}: {value}");
     }
     if full && let Some(body) = &request.body {
-        let _ = write!(line, "\n{indent}  body {}", trim(body, FULL_BODY_CHARS));
+        let _ = write!(
+            line,
+            "\n{indent}  body {}",
+            trim(&fold(body), FULL_BODY_CHARS)
+        );
     }
     let arrow = if full {
         format!("\n{indent}  →")
@@ -208,7 +205,7 @@ fn exchange_text(exchange: &Exchange, indent: &str, prefix: &str, full: bool) ->
                 for (name, value) in &answer.headers {
                     let _ = write!(line, " {name}: {value}");
                 }
-                let _ = write!(line, " {}", trim(&answer.body, FULL_BODY_CHARS));
+                let _ = write!(line, " {}", trim(&fold(&answer.body), FULL_BODY_CHARS));
             }
         }
         (None, Some(error)) => {
@@ -335,331 +332,4 @@ fn junit(report: &RunReport) -> String {
     );
     let _ = writeln!(out, "  </testsuite>\n</testsuites>");
     out
-}
-
-/// The rules and their violations, as text: one line per rule (`PASS` or
-/// `FAIL` and how many), then each violation with its counterexample.
-fn rules_text(checked: &Checked, out: &mut String) {
-    for rule in Rule::ALL {
-        let broken = checked.of(rule).count();
-        let verdict = if broken == 0 { "PASS" } else { "FAIL" };
-        let _ = write!(out, "{verdict}  {}: {}", rule.id(), rule.statement());
-        if broken > 0 {
-            let _ = write!(out, " ({broken} violation(s))");
-        }
-        out.push('\n');
-    }
-    for violation in checked.violations.iter().take(VIOLATIONS_SHOWN) {
-        out.push('\n');
-        out.push_str(&violation_text(violation));
-    }
-    if checked.violations.len() > VIOLATIONS_SHOWN {
-        let _ = writeln!(
-            out,
-            "\n… and {} more violation(s) (the JSON report has them all)",
-            checked.violations.len() - VIOLATIONS_SHOWN
-        );
-    }
-}
-
-fn violation_text(violation: &crate::history::Violation) -> String {
-    let mut out = String::new();
-    let mut whose = format!("user {:?}", violation.user);
-    if let Some(key) = &violation.key {
-        whose = format!("key {key:?} of {whose}");
-    }
-    if let Some(order) = &violation.order {
-        let _ = write!(whose, ", order {order}");
-    }
-    let _ = writeln!(out, "INCONSISTENT  {}  {whose}", violation.rule.id());
-    let _ = writeln!(out, "  {}", violation.what);
-    let _ = writeln!(
-        out,
-        "  counterexample ({} event(s)):",
-        violation.events.len()
-    );
-    for event in &violation.events {
-        let _ = writeln!(out, "  line {:>6}  {}", event.line, event.text);
-    }
-    out
-}
-
-fn checked_summary(checked: &Checked) -> String {
-    let verdict = if checked.consistent() {
-        "consistent"
-    } else {
-        "INCONSISTENT"
-    };
-    format!(
-        "{verdict}: {} violation(s); {} events, {} operations, {} keys, {} orders of {} user(s), {} acknowledged",
-        checked.violations.len(),
-        checked.events,
-        checked.operations,
-        checked.keys,
-        checked.orders,
-        checked.users,
-        checked.acknowledged
-    )
-}
-
-/// `orders-api atk history`'s text report.
-fn history_text(report: &HistoryReport) -> String {
-    let mut out = format!("orders-api atk history {}\n\n", report.file);
-    rules_text(&report.checked, &mut out);
-    let _ = writeln!(out, "\n{}", checked_summary(&report.checked));
-    out
-}
-
-/// `orders-api atk history`'s report in `format`.
-pub fn history(report: &HistoryReport, format: Format) -> String {
-    match format {
-        Format::Text => history_text(report),
-        Format::Json => json(report),
-        Format::Junit => rules_junit(
-            "orders-api atk history",
-            &report.checked,
-            report.millis,
-            &[("file", report.file.clone())],
-            &[],
-        ),
-    }
-}
-
-fn json(report: &impl serde::Serialize) -> String {
-    // A report is plain data: serializing it cannot fail.
-    let mut json = serde_json::to_string_pretty(report).unwrap_or_default();
-    json.push('\n');
-    json
-}
-
-/// `orders-api atk chaos`'s text report.
-fn chaos_text(report: &ChaosReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "orders-api atk chaos against {} through {} (run {}, seed {}, {} clients as {}, {} s)\n",
-        report.server,
-        report.proxy,
-        report.run_id,
-        report.seed,
-        report.clients,
-        report.users.join(" and "),
-        report.duration_secs
-    );
-    for (f, c) in &report.operations {
-        let _ = writeln!(
-            out,
-            "{f:>6}: {} attempts, {} ok, {} fail, {} info",
-            c.attempts, c.ok, c.fail, c.info
-        );
-    }
-    let f = &report.faults;
-    let _ = writeln!(
-        out,
-        "proxy: {} requests, {} passed, {} delayed, {} dropped before the server, {} answers dropped, \
-         {} resets, {} answered 502 (no answer from the server)",
-        f.requests,
-        f.passed,
-        f.delayed,
-        f.dropped_requests,
-        f.dropped_answers,
-        f.resets,
-        f.server_unreachable
-    );
-    if !report.restarts.is_empty() {
-        let failed = report.restarts.iter().filter(|r| !r.ok).count();
-        let _ = writeln!(
-            out,
-            "restarts: {} ({failed} failed{})",
-            report.restarts.len(),
-            report
-                .restarts
-                .iter()
-                .find(|r| !r.ok)
-                .map(|r| format!(": {}", r.outcome))
-                .unwrap_or_default()
-        );
-    }
-    if let Some(file) = &report.history_file {
-        let _ = writeln!(out, "history: {file} ({} events)", report.lines.len());
-    }
-    out.push('\n');
-    for problem in &report.problems {
-        let _ = writeln!(out, "cannot judge: {problem}");
-    }
-    rules_text(&report.check, &mut out);
-    let _ = writeln!(out, "\n{}", checked_summary(&report.check));
-    out
-}
-
-/// `orders-api atk chaos`'s report in `format`.
-pub fn chaos(report: &ChaosReport, format: Format) -> String {
-    match format {
-        Format::Text => chaos_text(report),
-        Format::Json => json(report),
-        Format::Junit => {
-            let acknowledged = if report.acknowledged > 0 {
-                None
-            } else {
-                Some("no create, update or cancel was answered 2xx".to_owned())
-            };
-            let mut extra: Vec<(&str, Option<String>)> =
-                vec![("something acknowledged", acknowledged)];
-            for problem in &report.problems {
-                extra.push(("the run could be judged", Some(problem.clone())));
-            }
-            rules_junit(
-                "orders-api atk chaos",
-                &report.check,
-                report.millis,
-                &[
-                    ("server", report.server.clone()),
-                    ("run_id", report.run_id.clone()),
-                    ("seed", report.seed.to_string()),
-                    ("acknowledged", report.acknowledged.to_string()),
-                    ("restarts", report.restarts.len().to_string()),
-                ],
-                &extra,
-            )
-        }
-    }
-}
-
-/// One `<testcase>` per rule (a `<failure>` with the counterexamples when
-/// broken), plus `extra` test cases (a failure when they carry a reason).
-fn rules_junit(
-    name: &str,
-    checked: &Checked,
-    millis: u128,
-    properties: &[(&str, String)],
-    extra: &[(&str, Option<String>)],
-) -> String {
-    let seconds = format!("{:.3}", millis as f64 / 1000.0);
-    let tests = Rule::ALL.len() + extra.len();
-    let failures = Rule::ALL
-        .iter()
-        .filter(|r| checked.of(**r).next().is_some())
-        .count()
-        + extra.iter().filter(|(_, why)| why.is_some()).count();
-    let counts = format!(r#"tests="{tests}" failures="{failures}" skipped="0" time="{seconds}""#);
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(out, r#"<testsuites name="{name}" {counts}>"#);
-    let _ = writeln!(out, r#"  <testsuite name="{name}" errors="0" {counts}>"#);
-    let _ = writeln!(out, "    <properties>");
-    for (key, value) in properties {
-        let _ = writeln!(
-            out,
-            "      <property name=\"{key}\" value=\"{}\"/>",
-            xml(value)
-        );
-    }
-    let _ = writeln!(out, "    </properties>");
-    for rule in Rule::ALL {
-        let _ = write!(
-            out,
-            "    <testcase classname=\"history\" name=\"{}: {}\" time=\"0\">",
-            rule.id(),
-            xml(rule.statement())
-        );
-        let broken: Vec<String> = checked.of(rule).map(violation_text).collect();
-        if !broken.is_empty() {
-            let first = checked
-                .of(rule)
-                .next()
-                .map(|v| v.what.clone())
-                .unwrap_or_default();
-            let _ = write!(
-                out,
-                "\n      <failure message=\"{}\" type=\"INCONSISTENT\">{}</failure>\n    ",
-                xml(&format!("{} violation(s): {first}", broken.len())),
-                xml(&broken.join("\n"))
-            );
-        }
-        let _ = writeln!(out, "</testcase>");
-    }
-    for (test, why) in extra {
-        let _ = write!(
-            out,
-            "    <testcase classname=\"history\" name=\"{}\" time=\"0\">",
-            xml(test)
-        );
-        if let Some(why) = why {
-            let _ = write!(
-                out,
-                "\n      <failure message=\"{}\" type=\"NOT JUDGED\"/>\n    ",
-                xml(why)
-            );
-        }
-        let _ = writeln!(out, "</testcase>");
-    }
-    let _ = writeln!(
-        out,
-        "    <system-out>{}</system-out>",
-        xml(&checked_summary(checked))
-    );
-    let _ = writeln!(out, "  </testsuite>\n</testsuites>");
-    out
-}
-
-/// Text as XML character data or an attribute value; characters XML 1.0
-/// cannot hold become U+FFFD.
-fn xml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::history::{Shown, Violation};
-
-    #[test]
-    fn a_text_report_shows_twenty_violations_in_full_and_counts_the_rest() {
-        let violation = |n: usize| Violation {
-            rule: Rule::NoOrderWithoutKey,
-            user: "alice".into(),
-            key: None,
-            order: Some(format!("o{n}")),
-            what: "no create accounts for it".into(),
-            events: vec![Shown {
-                line: n,
-                text: "{}".into(),
-            }],
-        };
-        let checked = Checked {
-            violations: (1..=25).map(violation).collect(),
-            ..Checked::default()
-        };
-        let mut text = String::new();
-        rules_text(&checked, &mut text);
-        assert_eq!(
-            text.matches("\nINCONSISTENT  no-order-without-key").count(),
-            VIOLATIONS_SHOWN
-        );
-        assert!(
-            text.contains("… and 5 more violation(s) (the JSON report has them all)"),
-            "{text}"
-        );
-        assert!(text.contains("FAIL  no-order-without-key: no order exists for a key that was never sent (25 violation(s))"), "{text}");
-    }
-
-    #[test]
-    fn xml_escapes_markup_and_drops_what_xml_cannot_hold() {
-        assert_eq!(
-            xml("<a href=\"x\">'&'</a>\u{1}\t"),
-            "&lt;a href=&quot;x&quot;&gt;&apos;&amp;&apos;&lt;/a&gt;\u{FFFD}\t"
-        );
-    }
 }

@@ -1,6 +1,8 @@
-//! The shape of the API under attack: where its orders live and what their
-//! members are called. This API's shape is the default; `seed` is the shape
-//! of the design the pattern started from; any other is a small JSON file.
+//! The shape of the API under attack: where its orders live, what their
+//! members and the idempotency headers are called, which routes it lacks.
+//! This API's shape is the default; `seed` is the shape of the design the
+//! pattern started from; any other is a small JSON file that may extend a
+//! built-in shape.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -31,7 +33,20 @@ pub struct Shape {
     pub order_path: String,
     /// Members added to every order body the runner sends, e.g. `{"currency": "EUR"}`.
     pub extra: Map<String, Value>,
+    /// The request header that carries the key (`X-Idempotency-Key`,
+    /// `PayPal-Request-Id`, …).
+    pub key_header: String,
+    /// The response header that marks a replay (value `true`):
+    /// `Idempotency-Replayed`, `X-Idempotent-Replayed`, …
+    pub replay_header: String,
+    /// The routes the target does not have, of [`ROUTES`]: the checks (or
+    /// the parts of a check) that need one are skipped, saying why.
+    pub lacks: Vec<String>,
 }
+
+/// The routes a profile can say a target lacks: `GET` one order, `PATCH`
+/// one, `DELETE` one, `LIST` the orders.
+pub const ROUTES: &[&str] = &["GET", "PATCH", "DELETE", "LIST"];
 
 impl Default for Shape {
     /// This API's shape (CONTRACT §3).
@@ -46,6 +61,9 @@ impl Default for Shape {
             list_query: "limit=100".to_owned(),
             order_path: String::new(),
             extra: Map::new(),
+            key_header: "Idempotency-Key".to_owned(),
+            replay_header: "Idempotent-Replayed".to_owned(),
+            lacks: Vec::new(),
         }
     }
 }
@@ -55,36 +73,77 @@ pub const PROFILES: &[&str] = &["orders-api", "seed"];
 
 impl Shape {
     /// The seed's design: `/orders`, `item`/`quantity`/`price`, integer
-    /// ids, one unpaginated listing (it has no authentication: run it
-    /// without `--token`).
+    /// ids, one unpaginated listing, no `PATCH` and no `DELETE` (it has no
+    /// authentication: run it without `--token`).
     pub fn seed() -> Self {
         Self {
             base_path: "/orders".to_owned(),
             list_query: String::new(),
+            lacks: vec!["PATCH".to_owned(), "DELETE".to_owned()],
             ..Self::default()
         }
     }
 
-    /// A built-in profile by name, or a JSON file of [`Shape`]'s members
-    /// (those it leaves out keep this API's defaults).
-    pub fn profile(name_or_file: &str) -> Result<Self, String> {
-        match name_or_file {
-            "orders-api" => Ok(Self::default()),
-            "seed" => Ok(Self::seed()),
-            file => {
-                let text = std::fs::read_to_string(file).map_err(|e| {
-                    format!(
-                        "--profile {file}: neither a built-in profile ({}) nor a readable file: {e}",
-                        PROFILES.join(", ")
-                    )
-                })?;
-                let shape: Self = serde_json::from_str(&text)
-                    .map_err(|e| format!("--profile {file}: not a profile: {e}"))?;
-                shape
-                    .checked()
-                    .map_err(|e| format!("--profile {file}: {e}"))
-            }
+    /// A built-in shape by name.
+    pub fn built_in(name: &str) -> Option<Self> {
+        match name {
+            "orders-api" => Some(Self::default()),
+            "seed" => Some(Self::seed()),
+            _ => None,
         }
+    }
+
+    /// A built-in profile by name, or a JSON file of [`Shape`]'s members.
+    /// The members a file leaves out take the values of the built-in shape
+    /// its `"extends"` names (this API's without one).
+    pub fn profile(name_or_file: &str) -> Result<Self, String> {
+        if let Some(shape) = Self::built_in(name_or_file) {
+            return Ok(shape);
+        }
+        let file = name_or_file;
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            format!(
+                "--profile {file}: neither a built-in profile ({}) nor a readable file: {e}",
+                PROFILES.join(", ")
+            )
+        })?;
+        Self::from_json(&text).map_err(|e| format!("--profile {file}: {e}"))
+    }
+
+    /// A profile's JSON text: an object of [`Shape`]'s members, and
+    /// `"extends"`, the built-in shape that gives the members it leaves out.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let mut members: Map<String, Value> =
+            serde_json::from_str(text).map_err(|e| format!("not a profile: {e}"))?;
+        let base = match members.remove("extends") {
+            None => Self::default(),
+            Some(Value::String(name)) => Self::built_in(&name).ok_or_else(|| {
+                format!(
+                    "extends {name:?}: not a built-in shape ({})",
+                    PROFILES.join(", ")
+                )
+            })?,
+            Some(other) => {
+                return Err(format!(
+                    "extends {other}: the name of a built-in shape ({})",
+                    PROFILES.join(", ")
+                ));
+            }
+        };
+        let Value::Object(mut shape) =
+            serde_json::to_value(&base).map_err(|e| format!("not a profile: {e}"))?
+        else {
+            return Err("not a profile: a shape is an object".into());
+        };
+        shape.extend(members);
+        let shape: Self = serde_json::from_value(Value::Object(shape))
+            .map_err(|e| format!("not a profile: {e}"))?;
+        shape.checked()
+    }
+
+    /// Whether the target has `route` (of [`ROUTES`]).
+    pub fn has(&self, route: &str) -> bool {
+        !self.lacks.iter().any(|r| r == route)
     }
 
     /// This shape, if its paths and names can be used.
@@ -116,6 +175,30 @@ impl Shape {
         }
         if !self.order_path.is_empty() && !self.order_path.contains("{id}") {
             return Err(format!("order path {:?}: has no {{id}}", self.order_path));
+        }
+        for (what, header) in [
+            ("key header", &mut self.key_header),
+            ("replay header", &mut self.replay_header),
+        ] {
+            *header = header.trim().to_owned();
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if header.is_empty() || !header.bytes().all(token) {
+                return Err(format!("the {what} {header:?} is not a header name"));
+            }
+        }
+        for route in &mut self.lacks {
+            *route = route.trim().to_ascii_uppercase();
+            if !ROUTES.contains(&route.as_str()) {
+                return Err(format!(
+                    "lacks {route:?}: not a route ({})",
+                    ROUTES.join(", ")
+                ));
+            }
+        }
+        if !self.has("GET") && !self.has("LIST") {
+            return Err(
+                "lacks GET and LIST: without either, no check can tell which orders exist".into(),
+            );
         }
         Ok(self)
     }
@@ -308,10 +391,38 @@ mod tests {
         );
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(Shape::profile("seed").unwrap().base_path, "/orders");
+        assert!(Shape::profile("seed").unwrap().has("GET"));
+        assert!(!Shape::profile("seed").unwrap().has("DELETE"));
         assert!(
             Shape::profile("no-such-profile")
                 .unwrap_err()
                 .contains("built-in")
         );
+    }
+
+    #[test]
+    fn a_profile_that_extends_a_built_in_shape_takes_its_members_and_names_the_headers() {
+        let shape = Shape::from_json(
+            r#"{"extends": "seed", "key_header": "PayPal-Request-Id",
+                "replay_header": "X-Idempotent-Replayed", "lacks": ["delete"]}"#,
+        )
+        .unwrap();
+        assert_eq!(shape.base_path, "/orders");
+        assert_eq!(shape.list_query, "");
+        assert_eq!(shape.key_header, "PayPal-Request-Id");
+        assert_eq!(shape.replay_header, "X-Idempotent-Replayed");
+        assert_eq!(shape.lacks, ["DELETE"]);
+        let plain = Shape::from_json(r#"{"quantity_field": "qty"}"#).unwrap();
+        assert_eq!(plain.list_query, "limit=100");
+        for (wrong, says) in [
+            (r#"{"extends": "stripe"}"#, "not a built-in shape"),
+            (r#"{"extends": 1}"#, "the name of a built-in shape"),
+            (r#"{"lacks": ["PUT"]}"#, "not a route"),
+            (r#"{"lacks": ["GET", "LIST"]}"#, "without either"),
+            (r#"{"key_header": "Idempotency Key"}"#, "not a header name"),
+        ] {
+            let refused = Shape::from_json(wrong).unwrap_err();
+            assert!(refused.contains(says), "{wrong}: {refused}");
+        }
     }
 }

@@ -57,6 +57,9 @@ pub enum Pool {
 pub struct SqlitePool {
     readers: r2d2::Pool<SqliteManager>,
     writer: Arc<WriterSlot>,
+    /// The key of its [`Point::Read`](crate::fault::Point::Read).
+    #[cfg(feature = "fault-points")]
+    shown: Arc<str>,
 }
 
 /// PostgreSQL: one pool of connections for reads and writes, whose
@@ -67,6 +70,9 @@ pub struct PgPool {
     /// How long a unit may take, with [`COMMIT_GRACE`](super::writer::COMMIT_GRACE),
     /// before its caller is answered.
     lease: Duration,
+    /// The key of its [`Point::Read`](crate::fault::Point::Read).
+    #[cfg(feature = "fault-points")]
+    shown: Arc<str>,
 }
 
 /// A connection checked out of [`Pool`].
@@ -133,6 +139,8 @@ impl Pool {
                         options.write_queue.max(1),
                         options.lease,
                     )),
+                    #[cfg(feature = "fault-points")]
+                    shown: options.shown.as_str().into(),
                 }))
             }
             Backend::Postgres => {
@@ -147,6 +155,8 @@ impl Pool {
                 Ok(Pool::Postgres(PgPool {
                     connections,
                     lease: options.lease,
+                    #[cfg(feature = "fault-points")]
+                    shown: options.shown.as_str().into(),
                 }))
             }
         }
@@ -173,11 +183,37 @@ impl Pool {
     /// the pool's connection timeout. It blocks: call it off the async
     /// workers.
     pub fn get(&self) -> Result<PooledConn, Unavailable> {
-        match self {
+        let pooled = match self {
             Pool::Sqlite(p) => p.readers.get().map(PooledConn::Sqlite),
             Pool::Postgres(p) => checked_out(&p.connections).map(PooledConn::Postgres),
         }
-        .map_err(|e| Unavailable(e.to_string()))
+        .map_err(|e| Unavailable(e.to_string()))?;
+        #[cfg(feature = "fault-points")]
+        {
+            let shown = match self {
+                Pool::Sqlite(p) => &p.shown,
+                Pool::Postgres(p) => &p.shown,
+            };
+            crate::fault::pass_blocking(crate::fault::Point::Read, shown)
+                .map_err(|e| Unavailable(e.to_string()))?;
+        }
+        Ok(pooled)
+    }
+
+    /// How long a read waits for its answer, its wait for a connection
+    /// included: twice the pool's connection timeout (a wait for a
+    /// connection, then as long for the statements). Past it the read is
+    /// answered unavailable while its blocking thread, which a frozen file
+    /// system or a server that stopped answering may hold for good, keeps
+    /// its connection until the read returns: a pool whose every connection
+    /// is stuck answers every read unavailable within this bound, and
+    /// serves again as soon as they come back.
+    pub fn read_bound(&self) -> Duration {
+        let timeout = match self {
+            Pool::Sqlite(p) => p.readers.connection_timeout(),
+            Pool::Postgres(p) => p.connections.connection_timeout(),
+        };
+        timeout.saturating_mul(2)
     }
 
     /// What the SQLite writer has done (`None` on PostgreSQL, or before the

@@ -28,7 +28,7 @@ use serde::Serialize;
 pub use client::{MAX_ATTEMPTS, OP_BUDGET, PAGE_ATTEMPTS, REQUEST_TIMEOUT};
 pub use proxy::{FaultCounts, FaultProxy};
 
-use crate::history::{self, Checked, Outcome};
+use crate::history::{self, Checked, Outcome, report};
 use crate::{AtkError, DEFAULT_SERVER, Format};
 
 /// How long one run of the restart command may take before it is killed.
@@ -170,7 +170,7 @@ pub struct ChaosReport {
 impl ChaosReport {
     /// The report in `format`, as the command writes it.
     pub fn render(&self, format: Format) -> String {
-        crate::report::chaos(self, format)
+        render(self, format)
     }
 
     /// `Ok` only when the run could be judged, its history is consistent,
@@ -204,7 +204,7 @@ impl ChaosReport {
 pub fn run(args: &ChaosArgs) -> Result<(), AtkError> {
     let config = config_of(args)?;
     let report = run_chaos(config)?;
-    crate::report::emit(
+    crate::output::emit(
         &report.render(Format::Text),
         &|format| report.render(format),
         args.format,
@@ -475,6 +475,100 @@ fn run_command(command: &str, timeout: Duration) -> Result<String, String> {
 }
 
 /// A port of 127.0.0.1 nobody listens on right now.
+/// `orders-api atk chaos`'s text report.
+fn text(report: &ChaosReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "orders-api atk chaos against {} through {} (run {}, seed {}, {} clients as {}, {} s)\n",
+        report.server,
+        report.proxy,
+        report.run_id,
+        report.seed,
+        report.clients,
+        report.users.join(" and "),
+        report.duration_secs
+    );
+    for (f, c) in &report.operations {
+        let _ = writeln!(
+            out,
+            "{f:>6}: {} attempts, {} ok, {} fail, {} info",
+            c.attempts, c.ok, c.fail, c.info
+        );
+    }
+    let f = &report.faults;
+    let _ = writeln!(
+        out,
+        "proxy: {} requests, {} passed, {} delayed, {} dropped before the server, {} answers dropped, \
+         {} resets, {} answered 502 (no answer from the server)",
+        f.requests,
+        f.passed,
+        f.delayed,
+        f.dropped_requests,
+        f.dropped_answers,
+        f.resets,
+        f.server_unreachable
+    );
+    if !report.restarts.is_empty() {
+        let failed = report.restarts.iter().filter(|r| !r.ok).count();
+        let _ = writeln!(
+            out,
+            "restarts: {} ({failed} failed{})",
+            report.restarts.len(),
+            report
+                .restarts
+                .iter()
+                .find(|r| !r.ok)
+                .map(|r| format!(": {}", r.outcome))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(file) = &report.history_file {
+        let _ = writeln!(out, "history: {file} ({} events)", report.lines.len());
+    }
+    out.push('\n');
+    for problem in &report.problems {
+        let _ = writeln!(out, "cannot judge: {problem}");
+    }
+    report::rules_text(&report.check, &mut out);
+    let _ = writeln!(out, "\n{}", report::checked_summary(&report.check));
+    out
+}
+
+/// `orders-api atk chaos`'s report in `format`.
+fn render(report: &ChaosReport, format: Format) -> String {
+    match format {
+        Format::Text => text(report),
+        Format::Json => crate::output::json(report),
+        Format::Junit => {
+            let acknowledged = if report.acknowledged > 0 {
+                None
+            } else {
+                Some("no create, update or cancel was answered 2xx".to_owned())
+            };
+            let mut extra: Vec<(&str, Option<String>)> =
+                vec![("something acknowledged", acknowledged)];
+            for problem in &report.problems {
+                extra.push(("the run could be judged", Some(problem.clone())));
+            }
+            report::rules_junit(
+                "orders-api atk chaos",
+                &report.check,
+                report.millis,
+                &[
+                    ("server", report.server.clone()),
+                    ("run_id", report.run_id.clone()),
+                    ("seed", report.seed.to_string()),
+                    ("acknowledged", report.acknowledged.to_string()),
+                    ("restarts", report.restarts.len().to_string()),
+                ],
+                &extra,
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn tests_free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

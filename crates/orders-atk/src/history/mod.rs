@@ -30,6 +30,7 @@ mod canon;
 mod check;
 mod event;
 mod model;
+pub(crate) mod report;
 
 use std::path::PathBuf;
 
@@ -94,7 +95,7 @@ pub fn run(args: &HistoryArgs) -> Result<(), AtkError> {
         source,
     })?;
     let report = check_text(&name, &text)?;
-    crate::report::emit(
+    crate::output::emit(
         &report.render(Format::Text),
         &|format| report.render(format),
         args.format,
@@ -106,7 +107,24 @@ pub fn run(args: &HistoryArgs) -> Result<(), AtkError> {
 impl HistoryReport {
     /// The report in `format`, as the command writes it.
     pub fn render(&self, format: Format) -> String {
-        crate::report::history(self, format)
+        match format {
+            Format::Text => {
+                let mut out = format!("orders-api atk history {}\n\n", self.file);
+                report::rules_text(&self.checked, &mut out);
+                out.push('\n');
+                out.push_str(&report::checked_summary(&self.checked));
+                out.push('\n');
+                out
+            }
+            Format::Json => crate::output::json(self),
+            Format::Junit => report::rules_junit(
+                "orders-api atk history",
+                &self.checked,
+                self.millis,
+                &[("file", self.file.clone())],
+                &[],
+            ),
+        }
     }
 
     /// `Ok` when consistent; else how many violations, of which rules.

@@ -3,5 +3,6 @@
 #![allow(dead_code)]
 
 pub mod front;
+pub mod layered;
 pub mod orders_double;
 pub mod seed;
