@@ -60,8 +60,8 @@ pub struct Settings {
     pub max_body_bytes: u64,
 
     /// Comma-separated origins allowed cross-origin access, each
-    /// http(s)://host[:port] (a port in 1-65535; no user, path, query or
-    /// fragment), or `*` for any; empty: none.
+    /// http(s)://HOST or http(s)://HOST:PORT (a port in 1-65535; no user,
+    /// path, query or fragment), or `*` for any; empty: none.
     #[arg(long = "cors-allowed-origins", env = "CORS_ALLOWED_ORIGINS", default_value = "",
           value_delimiter = ',', value_parser = parse_origin)]
     pub cors_allowed_origins: Vec<String>,

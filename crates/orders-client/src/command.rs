@@ -14,9 +14,9 @@ use super::stored::{Operation, State, Target};
 /// `orders-api client [--server URL] [--token TOKEN] [--outbox PATH] COMMAND`
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// The server operations are sent to: http(s)://HOST[:PORT][/PATH], each
-    /// operation's path (/v1/orders…) appended; no query, fragment or dot
-    /// segments.
+    /// The server operations are sent to: http(s)://HOST, with a :PORT and a
+    /// /PATH if any (each operation's path, /v1/orders…, is appended to it);
+    /// no query, fragment or dot segments.
     #[arg(
         long = "server",
         env = "ORDERS_API_URL",
