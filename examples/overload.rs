@@ -26,7 +26,7 @@ mod rss;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::DEFAULT_WRITE_ADMISSION;
 use orders_api::db::{self, DatabaseUrl};
 
 fn main() {

@@ -29,15 +29,28 @@ cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null 2>&1 || cargo install --locked cargo-mutants
 
 ledger_files=(
+  crates/idempotency-ledger/src/protocol.rs
   crates/idempotency-ledger/src/ledger.rs
+  crates/idempotency-ledger/src/work.rs
   crates/idempotency-ledger/src/inflight.rs
   crates/idempotency-ledger/src/admission.rs
   crates/idempotency-ledger/src/remembered.rs
-  crates/idempotency-ledger/src/store.rs
+  crates/idempotency-ledger/src/entry.rs
   crates/idempotency-ledger/src/row.rs
   crates/idempotency-ledger/src/response.rs
-  crates/idempotency-ledger/src/db/writer.rs
-  crates/idempotency-ledger/src/db/pool.rs
+  crates/idempotency-ledger/src/pool.rs
+  crates/idempotency-ledger/src/options.rs
+  crates/idempotency-ledger/src/sqlite/pool.rs
+  crates/idempotency-ledger/src/sqlite/writer/batch.rs
+  crates/idempotency-ledger/src/sqlite/writer/fence.rs
+  crates/idempotency-ledger/src/sqlite/writer/handle.rs
+  crates/idempotency-ledger/src/sqlite/writer/queue.rs
+  crates/idempotency-ledger/src/sqlite/writer/shared.rs
+  crates/idempotency-ledger/src/sqlite/writer/slot.rs
+  crates/idempotency-ledger/src/sqlite/writer/watchdog.rs
+  crates/idempotency-ledger/src/pg/pool.rs
+  crates/idempotency-ledger/src/pg/create.rs
+  crates/idempotency-ledger/src/pg/lock.rs
 )
 route_files=(src/http/mutation.rs)
 if [ $# -gt 0 ]; then

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::DEFAULT_WRITE_ADMISSION;
 use idempotency_ledger::{DEFAULT_WAITERS_PER_KEY, Ledger};
 
 use crate::db::{DatabaseUrl, Pool, PoolOptions};
@@ -254,20 +254,21 @@ impl Settings {
         }
     }
 
-    /// The idempotency ledger of this process, writing through `pool`.
+    /// The idempotency ledger of this process, writing through `pool`
+    /// (whose options carry the lease: [`Settings::pool_options`]).
     pub fn ledger(&self, pool: Pool) -> Ledger {
-        Ledger::new(
-            pool,
-            idempotency_ledger::Settings {
-                retention: Duration::from_secs(self.retention_secs),
-                lease: Duration::from_secs(self.lease_secs),
-                wait: Duration::from_secs(self.idempotency_wait_secs),
-                waiters_per_key: DEFAULT_WAITERS_PER_KEY,
-                write_admission: self.write_admission,
-                connection_timeout: Duration::from_secs(self.db_timeout_secs),
-                remember: Duration::from_secs(self.replay_cache_secs),
-            },
-        )
+        Ledger::new(pool, self.ledger_settings())
+    }
+
+    /// The ledger's own settings.
+    pub fn ledger_settings(&self) -> idempotency_ledger::Settings {
+        idempotency_ledger::Settings {
+            retention: Duration::from_secs(self.retention_secs),
+            wait: Duration::from_secs(self.idempotency_wait_secs),
+            waiters_per_key: DEFAULT_WAITERS_PER_KEY,
+            write_admission: self.write_admission,
+            remember: Duration::from_secs(self.replay_cache_secs),
+        }
     }
 
     pub fn cors_origins(&self) -> Vec<String> {

@@ -147,7 +147,7 @@ pub async fn count_ledger_rows(pool: Pool, every: Duration) {
         let pool = pool.clone();
         let rows = actix_web::web::block(move || -> Option<i64> {
             let mut pooled = pool.get().ok()?;
-            idempotency_ledger::store::count(&mut pooled.conn()).ok()
+            idempotency_ledger::db::count(&mut pooled.conn()).ok()
         })
         .await;
         match rows {

@@ -22,7 +22,7 @@ mod url;
 
 pub use idempotency_ledger::db::{
     Backend, Conn, Failure, PG_LOCK_WAIT, Pool, PoolOptions, PooledConn, Unavailable, WriteError,
-    WriterStats, classify, one_line, writer,
+    classify, drop_if_lost, one_line, writer,
 };
 pub use migrate::{migrations_applied, run_migrations};
 pub use setup::SetupError;

@@ -55,7 +55,7 @@ async fn authenticate(req: &ServiceRequest) -> Result<String, ApiError> {
     }
     let Some(permit) = state
         .tokens
-        .permit(&hash, state.ledger.settings().connection_timeout)
+        .permit(&hash, state.ledger.pool().connection_timeout())
         .await
     else {
         metrics::counter!(LOOKUPS_SHED).increment(1);

@@ -340,7 +340,10 @@ impl From<LedgerError<ApiError>> for ApiError {
 }
 
 impl ApiError {
+    /// Called where the failed query ran, its connection still held: one
+    /// that lost its server is dropped, not pooled again.
     fn from_database(e: diesel::result::Error) -> Self {
+        crate::db::drop_if_lost(&e);
         match crate::db::classify(&e) {
             crate::db::Failure::Unavailable | crate::db::Failure::LockTimeout => {
                 ApiError::Unavailable(e.to_string())

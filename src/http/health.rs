@@ -50,7 +50,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     // Its own bound, half a request's read bound: a probe is answered
     // within the connection timeout (`DATABASE_TIMEOUT_SECS`), `503` when
     // the database does not answer by then.
-    let bound = state.ledger.settings().connection_timeout;
+    let bound = state.ledger.pool().connection_timeout();
     let ready = super::bounded_read(bound, move || -> Result<bool, ApiError> {
         let mut pooled = state.pool.get()?;
         Ok(db::migrations_applied(&mut pooled.conn())?)

@@ -179,7 +179,7 @@ impl Mutation {
 
     /// [`Mutation::execute`] for a route whose whole change is inserting a
     /// row (see
-    /// [`Ledger::execute_insert_with`](idempotency_ledger::Ledger::execute_insert_with)):
+    /// [`Ledger::execute_insert`](idempotency_ledger::Ledger::execute_insert)):
     /// `make` builds the row and the answer it is recorded with, and runs
     /// only when the key has no entry yet (a replay builds neither); the
     /// ledger writes the row itself, and on PostgreSQL a fresh key then
@@ -202,7 +202,7 @@ impl Mutation {
         let found = move |tx: &mut LedgerTx<'_, '_>| recorded(found(tx, &unit_ctx), &unit_ctx);
         let outcome = state
             .ledger
-            .execute_insert_with(ledger_request(&ctx), make, found)
+            .execute_insert(ledger_request(&ctx), make, found)
             .await;
         answer(&ctx, outcome)
     }

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use idempotency_ledger::admission::DEFAULT_WRITE_ADMISSION;
+use idempotency_ledger::DEFAULT_WRITE_ADMISSION;
 use idempotency_ledger::fault::{self, Point};
 use orders_api::db::Backend;
 

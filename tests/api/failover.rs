@@ -89,7 +89,7 @@ struct CommitCutter {
     armed: Arc<AtomicBool>,
 }
 
-/// The start of the one-statement create's text (`store::RecordedInsert`),
+/// The start of the one-statement create's text (the ledger's `pg/create.rs`),
 /// which diesel prepares (a Parse message) before it binds and runs it.
 const ONE_STATEMENT_CREATE: &[u8] = b"WITH held AS MATERIALIZED";
 

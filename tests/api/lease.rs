@@ -10,11 +10,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
+use std::future::Future;
+
+use idempotency_ledger::protocol::{Created, Entry, NewEntry, Storage, StorageError};
+use idempotency_ledger::row::Row;
 use idempotency_ledger::{
     Completion, Fingerprint, IdempotencyKey, Ledger, LedgerError, LedgerRequest, LedgerTx, Outcome,
     RecordedResponse,
 };
-use orders_api::db::{self, Pool, PoolOptions};
+use orders_api::db::{self, Conn, Pool, PoolOptions, WriteError};
 use orders_api::http::mutation::json_reply;
 use orders_api::orders;
 use orders_api::orders::input::parse_new_order;
@@ -102,7 +106,7 @@ trait ExecuteBlocking {
         E: Send + 'static;
 }
 
-impl ExecuteBlocking for Ledger {
+impl<S: Storage> ExecuteBlocking for Ledger<S> {
     fn execute_blocking<E, F>(
         &self,
         request: LedgerRequest<'_>,
@@ -116,15 +120,82 @@ impl ExecuteBlocking for Ledger {
     }
 }
 
-/// A ledger with the server's settings but `lease`, writing through `pool`.
-fn ledger(pool: &Pool, lease: Duration) -> Ledger {
+/// A ledger with the server's settings, writing through `pool`, whose
+/// fence (and every other bound the protocol itself keeps) is at `lease`,
+/// whatever the pool enforces at its own.
+fn ledger(pool: &Pool, lease: Duration) -> Ledger<Fenced> {
     let mut settings = orders_api::config::Settings::for_database(
         orders_api::db::DatabaseUrl::parse("sqlite://unused.db").expect("a URL"),
     );
-    settings.lease_secs = lease.as_secs();
     settings.idempotency_wait_secs = WAIT.as_secs();
     settings.retention_secs = DAY.as_secs();
-    settings.ledger(pool.clone())
+    let storage = Fenced {
+        pool: pool.clone(),
+        lease,
+    };
+    Ledger::new(storage, settings.ledger_settings())
+}
+
+/// The pool as the protocol's storage, but for the lease it tells the
+/// protocol: a test of the fence alone, apart from the bounds the pool
+/// keeps at its own lease (the SQLite watchdog, PostgreSQL's timeouts).
+#[derive(Clone)]
+struct Fenced {
+    pool: Pool,
+    lease: Duration,
+}
+
+impl Storage for Fenced {
+    type Share = <Pool as Storage>::Share;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn find(
+        &self,
+        user: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Entry>, StorageError>> + Send {
+        self.pool.find(user, key)
+    }
+
+    fn unit<F, T, E>(
+        &self,
+        work: F,
+    ) -> impl Future<Output = Result<Result<T, E>, WriteError>> + Send
+    where
+        F: FnOnce(&mut Conn<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<diesel::result::Error> + Send + 'static,
+    {
+        self.pool.unit(work)
+    }
+
+    fn try_lock(
+        conn: &mut Conn<'_>,
+        user: &str,
+        key: &str,
+        lease: Duration,
+    ) -> Result<bool, diesel::result::Error> {
+        Pool::try_lock(conn, user, key, lease)
+    }
+
+    fn record(conn: &mut Conn<'_>, entry: &NewEntry) -> Result<bool, diesel::result::Error> {
+        Pool::record(conn, entry)
+    }
+
+    fn share(&self) -> impl Future<Output = Option<Self::Share>> + Send {
+        self.pool.share()
+    }
+
+    fn create<R: Row>(
+        &self,
+        row: Arc<R>,
+        entry: impl FnOnce() -> NewEntry + Send,
+    ) -> impl Future<Output = Result<Created, StorageError>> + Send {
+        self.pool.create(row, entry)
+    }
 }
 
 /// A migrated database's pool whose PostgreSQL sessions enforce `lease`.
@@ -216,8 +287,8 @@ both_backends! {
 /// transaction open, the key's advisory lock on PostgreSQL) until
 /// `while_held` returns; returns the holder's outcome
 /// and what `while_held` returned.
-fn with_key_held<T: Send>(
-    ledger: Ledger,
+fn with_key_held<T: Send, S: Storage>(
+    ledger: Ledger<S>,
     request: &CreateRequest,
     while_held: impl FnOnce() -> T + Send,
 ) -> (Result<Outcome, LedgerError<Failed>>, T) {

@@ -338,3 +338,24 @@ both_backends! {
         assert!(!log.contains(&secret_item), "a request body is in the log");
     }
 }
+
+/// The ledger's SQLite writer counts its batches under the ledger's own
+/// names (the crate knows nothing of orders), as the README lists them.
+#[test]
+fn on_sqlite_the_ledgers_writer_counts_its_batches_under_the_ledgers_own_names() {
+    let (db, _pool, token) = database(orders_api::db::Backend::Sqlite);
+    let server = ServerProcess::start(&db.url, &[]);
+    let client = Client::new(&server.address(), &token, TIMEOUT);
+    let created = client
+        .post_order("w-1", &order_body("Widget", 2, "9.99"))
+        .unwrap();
+    assert_eq!(created.status, 201);
+
+    let batches = |m: &BTreeMap<_, _>| sample(m, "idempotency_ledger_write_batches_total", &[]);
+    let metrics = scrape_until(&server, |m| batches(m).is_some_and(|n| n >= 1.0));
+    assert!(batches(&metrics).is_some_and(|n| n >= 1.0), "{metrics:?}");
+    let units = sample(&metrics, "idempotency_ledger_write_batch_units_count", &[]);
+    assert!(units.is_some_and(|n| n >= 1.0), "{metrics:?}");
+    let text = scrape_text(&server);
+    assert!(!text.contains("orders_api_write_batch"), "{text}");
+}

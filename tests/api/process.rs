@@ -270,7 +270,7 @@ pub fn order_count(pool: &Pool) -> i64 {
 /// Idempotency-ledger rows stored, for every user.
 pub fn ledger_count(pool: &Pool) -> i64 {
     let mut pooled = pool.get().expect("connection");
-    idempotency_ledger::store::count(&mut pooled.conn()).expect("count ledger rows")
+    idempotency_ledger::db::count(&mut pooled.conn()).expect("count ledger rows")
 }
 
 /// PostgreSQL: an uncommitted order row for `(user_id, key)`, held by the

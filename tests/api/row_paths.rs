@@ -83,8 +83,10 @@ both_backends! {
         let one_key = IdempotencyKey::parse(b"path-insert").expect("key");
         let one = run.block_on(ledger.execute_insert(
             LedgerRequest { user_id: "alice", key: &one_key, fingerprint: &fingerprint },
-            orders::new_row(&order, &one_key),
-            created.clone(),
+            {
+                let made = (orders::new_row(&order, &one_key), created.clone());
+                move || made
+            },
             |_| -> Result<Completion, ()> { panic!("the row is new") },
         ));
         assert!(matches!(one, Ok(Outcome::Executed(_))), "{one:?}");

@@ -486,7 +486,7 @@ fn the_statement_reader_finds_the_user_condition_only_where_it_is_required() {
     ));
     assert!(!ok(r#"SELECT COUNT(*) FROM "idempotency_ledger""#));
     assert!(!ok("INSERT INTO orders (id, item) VALUES ($1, $2)"));
-    assert!(!ok(idempotency_ledger::store::PURGE_POSTGRES));
+    assert!(!ok(idempotency_ledger::db::PURGE_POSTGRES));
     // A table whose name only starts like one of them is not one of them.
     assert!(routed(r#"SELECT 1 FROM "orders_archive""#).is_empty());
 }

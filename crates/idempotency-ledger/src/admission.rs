@@ -12,23 +12,15 @@
 //! connection and no wait for either — a replay included, whose retry
 //! replays once a slot is free.
 //!
-//! On PostgreSQL, where reads and writes share one pool, the admitted
-//! writes hold at most [`WriteConnections`] of it at once, one in
-//! [`READ_RESERVE`] fewer than its size, so reads (replays among them)
-//! always find a connection. On SQLite writes go through the one writer and
-//! reads have a pool of their own.
+//! On PostgreSQL the admitted writes also share out the pool's connections
+//! (`pg/share.rs`); on SQLite writes go through the one writer and reads
+//! have a pool of their own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The default bound of write admission: units admitted at once per process.
 pub const DEFAULT_WRITE_ADMISSION: u32 = 64;
-/// PostgreSQL: the share of the pool (one in this many connections, at
-/// least one) that admitted writes never hold, so reads always find one.
-pub const READ_RESERVE: u32 = 4;
 
 /// The count of admitted writes, shared by every worker of a process.
 #[derive(Debug)]
@@ -39,7 +31,7 @@ pub struct Admission {
 
 /// One admitted write's slot; dropping it frees the slot.
 #[derive(Debug)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     admitted: Arc<AtomicUsize>,
 }
 
@@ -51,7 +43,7 @@ impl Drop for Admitted {
 
 impl Admission {
     /// Admits at most `bound` writes at once (at least one).
-    pub fn new(bound: u32) -> Self {
+    pub(crate) fn new(bound: u32) -> Self {
         Self {
             admitted: Arc::default(),
             bound: usize::try_from(bound).unwrap_or(usize::MAX).max(1),
@@ -75,7 +67,7 @@ impl Admission {
     }
 
     /// A slot, or `None` at once when all are taken.
-    pub fn try_admit(&self) -> Option<Admitted> {
+    pub(crate) fn try_admit(&self) -> Option<Admitted> {
         self.admitted
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.bound).then_some(n + 1)
@@ -84,47 +76,6 @@ impl Admission {
         Some(Admitted {
             admitted: Arc::clone(&self.admitted),
         })
-    }
-}
-
-/// PostgreSQL: how many database connections admitted writes hold at once
-/// (an async semaphore: a write waiting for one holds no thread).
-#[derive(Debug, Clone)]
-pub struct WriteConnections {
-    permits: Arc<Semaphore>,
-    limit: usize,
-}
-
-/// The right to hold one write connection; dropping it passes it on.
-#[derive(Debug)]
-pub struct WriteConnection {
-    _permit: OwnedSemaphorePermit,
-}
-
-impl WriteConnections {
-    /// For a pool of `pool_size`: all but its read reserve.
-    pub fn for_pool(pool_size: u32) -> Self {
-        let reserve = pool_size.div_ceil(READ_RESERVE).max(1);
-        let limit = usize::try_from(pool_size.saturating_sub(reserve).max(1)).unwrap_or(1);
-        Self {
-            permits: Arc::new(Semaphore::new(limit)),
-            limit,
-        }
-    }
-
-    /// How many write connections may be held at once.
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// Waits at most `timeout` for the right to hold a connection; `None`
-    /// when none came free (answered like a pool that has none: `503`).
-    pub async fn acquire(&self, timeout: Duration) -> Option<WriteConnection> {
-        let permit = tokio::time::timeout(timeout, Arc::clone(&self.permits).acquire_owned())
-            .await
-            .ok()?
-            .ok()?;
-        Some(WriteConnection { _permit: permit })
     }
 }
 
@@ -156,23 +107,5 @@ mod tests {
         let only = admission.try_admit();
         assert!(only.is_some());
         assert!(admission.try_admit().is_none());
-    }
-
-    #[tokio::test]
-    async fn writes_leave_a_quarter_of_the_pool_to_reads() {
-        assert_eq!(WriteConnections::for_pool(10).limit(), 7);
-        assert_eq!(WriteConnections::for_pool(8).limit(), 6);
-        assert_eq!(WriteConnections::for_pool(1).limit(), 1);
-        let connections = WriteConnections::for_pool(2);
-        let held = connections.acquire(Duration::ZERO).await;
-        assert!(held.is_some());
-        assert!(
-            connections
-                .acquire(Duration::from_millis(1))
-                .await
-                .is_none()
-        );
-        drop(held);
-        assert!(connections.acquire(Duration::ZERO).await.is_some());
     }
 }

@@ -17,9 +17,10 @@
 //! waits for another request of this process holding the key (holding
 //! nothing meanwhile), reads the key's entry (a replay, or a refusal of a
 //! different request), and otherwise runs the mutation as one unit of
-//! writing that records its response with it. See [`Ledger::execute`] for
-//! the steps, and [`Ledger::execute_insert`] for the one-statement path of a
-//! mutation that inserts one row.
+//! writing that records its response with it. The protocol — its decision
+//! table and its steps — is stated once, in `src/protocol.rs`
+//! ([`protocol`]); [`Ledger::execute_insert`] is the path of a mutation
+//! that inserts one row.
 //!
 //! # What it asks of the application
 //!
@@ -86,15 +87,17 @@
 //!     };
 //!     let fingerprint = Fingerprint::of("POST", req.path(), &body, Some(&json));
 //!     let request = LedgerRequest { user_id: payer, key: &key, fingerprint: &fingerprint };
-//!     let row = NewPayment { payer: payer.into(), idempotency_key: key.as_str().into(), cents };
-//!     let created = RecordedResponse { status: 201, headers: vec![], body: b"paid".to_vec() };
+//!     let make = || {
+//!         let row = NewPayment { payer: payer.into(), idempotency_key: key.as_str().into(), cents };
+//!         (row, RecordedResponse { status: 201, headers: vec![], body: b"paid".to_vec() })
+//!     };
 //!     // Found already (after the purge): a replay of what it said then.
 //!     let found = |_: &mut idempotency_ledger::LedgerTx<'_, '_>| {
 //!         Ok::<_, ()>(Completion::ReplayFound(RecordedResponse {
 //!             status: 200, headers: vec![], body: b"paid".to_vec(),
 //!         }))
 //!     };
-//!     match ledger.execute_insert(request, row, created, found).await {
+//!     match ledger.execute_insert(request, make, found).await {
 //!         Ok(Outcome::Executed(r)) => HttpResponse::Created().body(r.body),
 //!         Ok(Outcome::Replayed(r)) => HttpResponse::Ok().insert_header(("Idempotent-Replayed", "true")).body(r.body),
 //!         Ok(Outcome::KeyReused) => HttpResponse::Conflict().body("key reused"),
@@ -116,11 +119,9 @@
 //!         .map_err(std::io::Error::other)?;
 //!     let ledger = web::Data::new(Ledger::new(pool, Settings {
 //!         retention: Duration::from_secs(86_400),
-//!         lease: Duration::from_secs(30),
 //!         wait: Duration::from_secs(5),
 //!         waiters_per_key: 16,
 //!         write_admission: 64,
-//!         connection_timeout: Duration::from_secs(5),
 //!         remember: Duration::from_secs(1),
 //!     }));
 //!     HttpServer::new(move || App::new().app_data(ledger.clone()).route("/payments", web::post().to(pay)))
@@ -136,17 +137,23 @@
 //!   characters; an RFC 8941 string means its content);
 //! - [`Fingerprint`]: what makes two requests the same (method, path, and
 //!   the body's canonical JSON, exact for numbers of any size);
-//! - [`Ledger`]: the in-flight registry, the read, write admission
-//!   ([`admission`]), the unit of writing, the one-statement insert, the
-//!   purge;
-//! - [`db`]: the pool and the unit of writing on each backend, SQLite's
-//!   group-committing writer among them; [`row`]: a row described once,
-//!   from which every insert is built; [`store`]: the ledger's table.
+//! - [`protocol`]: the protocol itself — the decision, the steps of
+//!   [`Ledger::execute`], and the [`Storage`](protocol::Storage) they ask
+//!   of a database;
+//! - [`Ledger`]: what a request asks and how it is answered; write
+//!   admission ([`Admission`]), the keys in flight, the memory of what
+//!   reads found, the purge;
+//! - [`db`]: the pool of either backend (SQLite's group-committing writer,
+//!   PostgreSQL's tried lock and one-statement create); [`row`]: a row
+//!   described once, from which every insert is built; [`schema`]: the
+//!   ledger's table.
 
 #![warn(missing_docs)]
 
-pub mod admission;
-pub mod db;
+mod admission;
+mod conn;
+mod entry;
+mod failure;
 #[cfg(feature = "fault-points")]
 pub mod fault;
 mod fingerprint;
@@ -155,21 +162,76 @@ mod inflight;
 pub mod invariants;
 mod key;
 mod ledger;
+mod options;
+mod pg;
+mod pool;
+pub mod protocol;
 mod remembered;
 mod response;
 pub mod row;
 pub mod schema;
-pub mod store;
+mod sqlite;
+mod work;
 
+pub use admission::{Admission, DEFAULT_WRITE_ADMISSION};
 pub use fingerprint::{Fingerprint, canonical_json};
 pub use key::{HEADER, IdempotencyKey, KeyError, MAX_LEN};
 pub use ledger::{
-    Completion, DEFAULT_WAITERS_PER_KEY, Ledger, LedgerError, LedgerRequest, LedgerTx, Outcome,
-    Settings,
+    Completion, DEFAULT_WAITERS_PER_KEY, LedgerError, LedgerRequest, LedgerTx, Outcome, Settings,
 };
 pub use response::{RECORDED_HEADERS, RecordedResponse, Unreplayable};
+
+/// The idempotency ledger of one process: its settings, its storage (a
+/// [`Pool`](db::Pool) of either backend unless another
+/// [`Storage`](protocol::Storage) is named), the keys it is running
+/// requests for, and its write admission; how it answers is [`protocol`].
+/// Cheap to clone (one `Arc`).
+pub struct Ledger<S = db::Pool> {
+    inner: std::sync::Arc<ledger::Inner<S>>,
+}
+
+impl<S> Clone for Ledger<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: std::sync::Arc::clone(&self.inner),
+        }
+    }
+}
 
 /// The ledger's table on SQLite, for the application's migrations.
 pub const SQLITE_DDL: &str = include_str!("../sql/sqlite.sql");
 /// The ledger's table on PostgreSQL, for the application's migrations.
 pub const POSTGRES_DDL: &str = include_str!("../sql/postgres.sql");
+
+pub mod db {
+    //! The storage a ledger writes through: a connection [`Pool`] of either
+    //! backend, each implementing the protocol's
+    //! [`Storage`](crate::protocol::Storage) in its own folder
+    //! (`src/sqlite/`, `src/pg/`; how a request is answered is
+    //! `src/protocol.rs`, not restated here).
+    //!
+    //! - SQLite: pooled connections for reads, and one group-committing
+    //!   [`writer`] that runs every unit of the process, each in a savepoint
+    //!   of a shared transaction, and answers them all after one `COMMIT`.
+    //! - PostgreSQL: one pool for both, whose sessions start with the
+    //!   lease's timeouts; a unit is a read-committed transaction run on a
+    //!   blocking thread.
+
+    // The pool, its connections, and a unit's failures.
+    pub use crate::conn::{COMMIT_GRACE, Conn, Unavailable, WriteError, write_bound};
+    pub use crate::options::{ConnectError, PoolOptions, one_line};
+    pub use crate::pool::{Backend, Pool, PooledConn};
+    // How a failed query is answered, whatever the server's language.
+    pub use crate::conn::Failure;
+    pub use crate::failure::classify;
+    pub use crate::pg::session::drop_if_lost;
+    // The ledger's table, for a command or an operator: its size, a purge
+    // batch in the caller's transaction, PostgreSQL's purge statement (to
+    // `EXPLAIN` it), and a key's advisory lock (to see it in `pg_locks`).
+    pub use crate::entry::{count, purge_batch};
+    pub use crate::pg::lock::{PG_LOCK_WAIT, lock_id};
+    pub use crate::pg::purge::PURGE_POSTGRES;
+    // SQLite's sessions, and timestamps as it stores them.
+    pub use crate::sqlite::session::{SQLITE_BUSY_TIMEOUT, SqliteSession, timestamp_text};
+    pub use crate::sqlite::writer;
+}

@@ -53,7 +53,7 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Binary, Integer, Text, Timestamptz};
 use diesel::sqlite::Sqlite;
 
-use crate::db::timestamp_text;
+use crate::sqlite::session::timestamp_text;
 
 /// How a value is bound on one backend.
 pub trait Bind<DB: Backend> {
@@ -281,10 +281,10 @@ impl<R: Row> RunQueryDsl<PgConnection> for Insert<'_, R> {}
 
 /// Inserts `row` unless its unique constraint holds one already: `true`
 /// when it was written.
-pub fn insert<R: Row>(conn: &mut crate::db::Conn<'_>, row: &R) -> Result<bool, DieselError> {
+pub fn insert<R: Row>(conn: &mut crate::conn::Conn<'_>, row: &R) -> Result<bool, DieselError> {
     let written = match conn {
-        crate::db::Conn::Sqlite(c) => Insert(row).execute(*c)?,
-        crate::db::Conn::Postgres(c) => Insert(row).execute(*c)?,
+        crate::conn::Conn::Sqlite(c) => Insert(row).execute(*c)?,
+        crate::conn::Conn::Postgres(c) => Insert(row).execute(*c)?,
     };
     Ok(written == 1)
 }

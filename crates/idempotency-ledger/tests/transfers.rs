@@ -200,11 +200,9 @@ impl TestDb {
     fn ledger_with(&self, change: impl FnOnce(&mut Settings)) -> Ledger {
         let mut settings = Settings {
             retention: Duration::from_secs(86_400),
-            lease: LEASE,
             wait: Duration::from_secs(10),
             waiters_per_key: 64,
             write_admission: 64,
-            connection_timeout: Duration::from_secs(10),
             remember: REMEMBER,
         };
         change(&mut settings);
@@ -421,6 +419,12 @@ impl Request {
         }
     }
 
+    /// The row and its answer, as [`Ledger::execute_insert`] makes them.
+    fn made(&self) -> impl FnOnce() -> (NewTransfer, RecordedResponse) + Send + use<> {
+        let made = (self.row(), self.answer());
+        move || made
+    }
+
     fn answer(&self) -> RecordedResponse {
         RecordedResponse {
             status: 201,
@@ -620,15 +624,15 @@ both_backends! {
         // the ledger's back, which the replay's read must then see.
         let ledger = db.ledger_with(|s| s.remember = Duration::ZERO);
         let request = Request::new("acme", "t-5", 100);
-        let first = runtime().block_on(ledger.execute_insert(request.ledger(), request.row(), request.answer(), request.found()));
+        let first = runtime().block_on(ledger.execute_insert(request.ledger(), request.made(), request.found()));
         assert_eq!(first.ok(), Some(Outcome::Executed(request.answer())));
         assert_eq!((db.count("transfers"), db.count("idempotency_ledger")), (1, 1));
 
-        let replay = runtime().block_on(ledger.execute_insert(request.ledger(), request.row(), request.answer(), request.found()));
+        let replay = runtime().block_on(ledger.execute_insert(request.ledger(), request.made(), request.found()));
         assert_eq!(replay.ok(), Some(Outcome::Replayed(request.answer())), "the entry answers");
 
         assert_eq!(db.purge_every_entry(), 1);
-        let after_purge = runtime().block_on(ledger.execute_insert(request.ledger(), request.row(), request.answer(), request.found()));
+        let after_purge = runtime().block_on(ledger.execute_insert(request.ledger(), request.made(), request.found()));
         let mut found = request.answer();
         found.status = 200;
         assert_eq!(after_purge.ok(), Some(Outcome::Replayed(found)), "the row's unique key answers");
@@ -744,7 +748,7 @@ both_backends! {
         runtime().block_on(async {
             let a = ledger.execute(general.ledger(), general.debit(&Arc::default())).await;
             assert!(matches!(a, Ok(Outcome::Executed(_))), "{a:?}");
-            let b = ledger.execute_insert(one.ledger(), one.row(), one.answer(), one.found()).await;
+            let b = ledger.execute_insert(one.ledger(), one.made(), one.found()).await;
             assert!(matches!(b, Ok(Outcome::Executed(_))), "{b:?}");
         });
         let rows = db.transfers();
@@ -768,7 +772,7 @@ both_backends! {
         runtime().block_on(async {
             for key in keys {
                 let request = Request::new("acme", key, 100);
-                let done = ledger.execute_insert(request.ledger(), request.row(), request.answer(), request.found()).await;
+                let done = ledger.execute_insert(request.ledger(), request.made(), request.found()).await;
                 assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
             }
         });
@@ -965,11 +969,9 @@ fn a_units_lock_wait_is_bounded_by_its_own_transaction_whatever_its_session_says
         pool.clone(),
         Settings {
             retention: Duration::from_secs(86_400),
-            lease,
             wait: Duration::from_secs(10),
             waiters_per_key: 4,
             write_admission: 4,
-            connection_timeout: Duration::from_secs(10),
             remember: REMEMBER,
         },
     );
@@ -1073,7 +1075,7 @@ fn a_unit_whose_entry_waits_on_a_row_held_outside_the_protocol_is_answered_in_pr
 fn a_key_whose_lock_another_session_holds_is_not_written_until_the_lock_is_free() {
     let db = TestDb::fresh(Backend::Postgres);
     db.open_account("acme", 1_000);
-    let lock = idempotency_ledger::store::lock_id("t-locked", "acme");
+    let lock = idempotency_ledger::db::lock_id("t-locked", "acme");
     let mut other = PgConnection::establish(&db.url()).expect("connect");
     let advisory = |conn: &mut PgConnection, call: &str| {
         diesel::sql_query(format!("SELECT {call}($1)"))
@@ -1088,12 +1090,8 @@ fn a_key_whose_lock_another_session_holds_is_not_written_until_the_lock_is_free(
     let rt = runtime();
 
     let general = rt.block_on(ledger.execute(request.ledger(), request.debit(&runs)));
-    let one_statement = rt.block_on(ledger.execute_insert(
-        request.ledger(),
-        request.row(),
-        request.answer(),
-        request.found(),
-    ));
+    let one_statement =
+        rt.block_on(ledger.execute_insert(request.ledger(), request.made(), request.found()));
     assert_eq!(general.ok(), Some(Outcome::InProgress));
     assert_eq!(one_statement.ok(), Some(Outcome::InProgress));
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the mutation never ran");
@@ -1132,7 +1130,7 @@ fn a_purge_batch_in_progress_holds_nothing_a_replay_or_a_new_request_waits_for()
 
     let mut purger = PgConnection::establish(&db.url()).expect("connect");
     purger.batch_execute("BEGIN").expect("begin");
-    let purging = idempotency_ledger::store::purge_batch(
+    let purging = idempotency_ledger::db::purge_batch(
         &mut Conn::Postgres(&mut purger),
         chrono::Utc::now(),
         1_000,
@@ -1150,7 +1148,7 @@ fn a_purge_batch_in_progress_holds_nothing_a_replay_or_a_new_request_waits_for()
                 .execute(old.ledger(), old.debit(&Arc::default()))
                 .await,
             ledger
-                .execute_insert(fresh.ledger(), fresh.row(), fresh.answer(), fresh.found())
+                .execute_insert(fresh.ledger(), fresh.made(), fresh.found())
                 .await,
         )
     });
@@ -1180,12 +1178,7 @@ fn two_purges_at_once_delete_each_expired_entry_once() {
         for key in ["a", "b", "c"] {
             let request = Request::new("acme", key, 100);
             let done = ledger
-                .execute_insert(
-                    request.ledger(),
-                    request.row(),
-                    request.answer(),
-                    request.found(),
-                )
+                .execute_insert(request.ledger(), request.made(), request.found())
                 .await;
             assert!(matches!(done, Ok(Outcome::Executed(_))), "{done:?}");
         }
@@ -1196,8 +1189,7 @@ fn two_purges_at_once_delete_each_expired_entry_once() {
     let mut first = PgConnection::establish(&db.url()).expect("connect");
     first.batch_execute("BEGIN").expect("begin");
     let now = chrono::Utc::now();
-    let deleted =
-        idempotency_ledger::store::purge_batch(&mut Conn::Postgres(&mut first), now, 1_000);
+    let deleted = idempotency_ledger::db::purge_batch(&mut Conn::Postgres(&mut first), now, 1_000);
     assert_eq!(deleted.expect("first purge"), 3);
 
     let url = db.url();
@@ -1205,7 +1197,7 @@ fn two_purges_at_once_delete_each_expired_entry_once() {
         let mut second = PgConnection::establish(&url).expect("connect");
         second.batch_execute("BEGIN").expect("begin");
         let deleted =
-            idempotency_ledger::store::purge_batch(&mut Conn::Postgres(&mut second), now, 1_000);
+            idempotency_ledger::db::purge_batch(&mut Conn::Postgres(&mut second), now, 1_000);
         second.batch_execute("COMMIT").expect("commit");
         deleted
     });
@@ -1275,7 +1267,7 @@ fn purge_plan(conn: &mut PgConnection) -> Vec<PlanNode> {
     }
     let explained: Plan = diesel::sql_query(format!(
         "EXPLAIN (FORMAT JSON) {}",
-        idempotency_ledger::store::PURGE_POSTGRES
+        idempotency_ledger::db::PURGE_POSTGRES
     ))
     .bind::<diesel::sql_types::Timestamptz, _>(chrono::Utc::now())
     .bind::<BigInt, _>(1_000_i64)
@@ -1335,7 +1327,7 @@ fn the_purges_plan_reads_the_backlog_only_as_far_as_one_batch_whatever_the_stati
         );
     }
     conn.batch_execute("BEGIN").expect("begin");
-    let deleted = idempotency_ledger::store::purge_batch(
+    let deleted = idempotency_ledger::db::purge_batch(
         &mut Conn::Postgres(&mut conn),
         chrono::Utc::now(),
         1_000,

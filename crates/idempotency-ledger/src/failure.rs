@@ -12,7 +12,7 @@
 //! an answer have no kind: `55P03` (our `lock_timeout` fired: another
 //! request holds the key, `409 IDEMPOTENCY_IN_PROGRESS`) and `57014` (our
 //! `statement_timeout` fired: `503`). So when a pool is built, the service
-//! makes the server say both once, in its own language ([`learn_wording`]),
+//! makes the server say both once, in its own language (`pg/wording.rs`),
 //! and recognises them afterwards by that exact wording — whatever the
 //! language, and as any role.
 //!
@@ -20,43 +20,21 @@
 //! translations); diesel does not hand over its result codes, so `SQLITE_BUSY`
 //! and `SQLITE_LOCKED` are recognised by the library's exact strings for them.
 
-use std::sync::RwLock;
-
-use diesel::connection::SimpleConnection;
-use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel::sql_types::BigInt;
 
-/// How a failed query should be answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The database is unreachable, locked, shedding load or cannot write
-    /// now (a standby, a fenced primary): `503`, retry.
-    Unavailable,
-    /// PostgreSQL's `lock_timeout` fired: another transaction holds the lock
-    /// (in practice the advisory lock on an idempotency key).
-    LockTimeout,
-    /// Anything else: a defect, answered with an opaque `500`.
-    Internal,
-}
+pub use crate::conn::Failure;
+use crate::pg::wording::{self, Wording};
 
 /// `sqlite3_errstr(SQLITE_BUSY)` and `sqlite3_errstr(SQLITE_LOCKED)`.
 const SQLITE_BUSY_OR_LOCKED: [&str; 2] = ["database is locked", "database table is locked"];
 
-/// Primary messages of PostgreSQL failures, as servers this process talks
-/// to word them (one entry per language seen).
-static PG_WORDING: RwLock<Vec<(String, Failure)>> = RwLock::new(Vec::new());
-
-/// Classifies a diesel error by what the client can do about it.
-///
-/// A lost connection is also reported to the pool (see
-/// [`PgManager`](super::PgManager)), so that the connection this thread holds is
-/// dropped, not handed out again, when it goes back.
+/// Classifies a diesel error by what the client can do about it. It only
+/// looks: a connection that lost its server is dropped by
+/// [`drop_if_lost`](crate::db::drop_if_lost), called where it is held.
 pub fn classify(error: &DieselError) -> Failure {
     match error {
         DieselError::DatabaseError(kind, info) => match kind {
             DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand => {
-                super::pg::note_connection_lost();
                 Failure::Unavailable
             }
             // 25006: this node cannot write now (a hot standby, or a primary
@@ -70,67 +48,16 @@ pub fn classify(error: &DieselError) -> Failure {
                 if SQLITE_BUSY_OR_LOCKED.contains(&message) {
                     return Failure::Unavailable;
                 }
-                PG_WORDING
-                    .read()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .iter()
-                    .find(|(wording, _)| wording == message)
-                    .map_or(Failure::Internal, |(_, failure)| *failure)
+                match wording::recognise(message) {
+                    Some(Wording::LockTimeout) => Failure::LockTimeout,
+                    Some(Wording::StatementTimeout) => Failure::Unavailable,
+                    None => Failure::Internal,
+                }
             }
         },
         DieselError::BrokenTransactionManager => Failure::Unavailable,
         _ => Failure::Internal,
     }
-}
-
-/// Makes the PostgreSQL server at `url` fail once with `lock_timeout` and
-/// once with `statement_timeout`, and remembers its wording of each, so that
-/// [`classify`] knows them. Two short sessions, a few milliseconds.
-pub fn learn_wording(url: &str) -> Result<(), DieselError> {
-    let mut holder = PgConnection::establish(url).map_err(connection_lost)?;
-    let mut waiter = PgConnection::establish(url).map_err(connection_lost)?;
-    // A lock id nobody else uses: a random one.
-    let lock_id = i64::from_ne_bytes(uuid::Uuid::new_v4().as_u64_pair().0.to_ne_bytes());
-    let take = || diesel::sql_query("SELECT pg_advisory_xact_lock($1)").bind::<BigInt, _>(lock_id);
-
-    holder.batch_execute("BEGIN")?;
-    take().execute(&mut holder)?;
-    waiter.batch_execute("BEGIN; SET LOCAL lock_timeout = 1")?;
-    let lock_timeout = take().execute(&mut waiter).err();
-    waiter.batch_execute("ROLLBACK")?;
-    holder.batch_execute("ROLLBACK")?;
-
-    waiter.batch_execute("BEGIN; SET LOCAL statement_timeout = 1")?;
-    let statement_timeout = diesel::sql_query("SELECT pg_sleep(10)")
-        .execute(&mut waiter)
-        .err();
-    waiter.batch_execute("ROLLBACK")?;
-
-    for (error, failure) in [
-        (lock_timeout, Failure::LockTimeout),
-        (statement_timeout, Failure::Unavailable),
-    ] {
-        let Some(DieselError::DatabaseError(_, info)) = error else {
-            return Err(DieselError::QueryBuilderError(
-                "the server did not fail as asked while learning its wording".into(),
-            ));
-        };
-        remember(info.message(), failure);
-    }
-    Ok(())
-}
-
-fn remember(wording: &str, failure: Failure) {
-    let mut known = PG_WORDING
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !known.iter().any(|(w, _)| w == wording) {
-        known.push((wording.to_owned(), failure));
-    }
-}
-
-fn connection_lost(e: diesel::ConnectionError) -> DieselError {
-    DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, Box::new(e.to_string()))
 }
 
 #[cfg(test)]
@@ -172,7 +99,7 @@ mod tests {
         let german = "storniere Anfrage wegen Zeitüberschreitung einer Sperre";
         let unknown = database_error(DatabaseErrorKind::Unknown, german);
         assert_eq!(classify(&unknown), Failure::Internal);
-        remember(german, Failure::LockTimeout);
+        wording::remember(german, Wording::LockTimeout);
         assert_eq!(classify(&unknown), Failure::LockTimeout);
         // Only the exact wording: no guessing from English fragments.
         for other in ["canceling statement due to lock timeout", "syntax error"] {

@@ -6,14 +6,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{self, ConnectionManager, CustomizeConnection, PooledConnection};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-/// How long a statement waits on PostgreSQL for a row lock another
-/// transaction holds before its request is answered
-/// `409 IDEMPOTENCY_IN_PROGRESS` (at most half the lease). Units of one key
-/// never wait on each other (a unit only *tries* its key's advisory lock),
-/// so such a wait is for a writer outside the ledger's protocol — or, for
-/// the purge, for another purge.
-pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
+use super::lock::lock_wait;
 
 /// PostgreSQL connections for r2d2, which also drops a connection on which
 /// the thread that returns it saw the server go away.
@@ -22,27 +17,35 @@ pub const PG_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// so a connection that lost its server between two transactions would go
 /// back to the pool and fail every request that draws it ("no connection to
 /// the server") until the process restarts. A ping on every checkout would
-/// cost a round trip per request; instead [`classify`](super::classify)
-/// notes a lost connection on the current thread, and the connection that
-/// thread returns next is dropped (errors are classified before the
-/// connection that caused them goes back: both happen on the blocking thread
-/// that ran the query).
+/// cost a round trip per request; instead [`drop_if_lost`] notes a lost
+/// connection on the current thread, and the connection that thread returns
+/// next is dropped (it is called before the connection that failed goes
+/// back: both happen on the blocking thread that ran the query).
 #[derive(Debug)]
-pub struct PgManager(pub(super) ConnectionManager<PgConnection>);
+pub struct PgManager(pub(crate) ConnectionManager<PgConnection>);
 
 thread_local! {
     static CONNECTION_LOST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Marks the PostgreSQL connection this thread holds as lost.
-pub(super) fn note_connection_lost() {
-    CONNECTION_LOST.set(true);
+/// When `error` says the server went away, marks the PostgreSQL connection
+/// this thread holds as lost, so that it is dropped, not pooled again, when
+/// it goes back. Call it on the thread that holds the connection, before
+/// the connection goes back.
+pub fn drop_if_lost(error: &DieselError) {
+    if let DieselError::DatabaseError(
+        DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+        _,
+    ) = error
+    {
+        CONNECTION_LOST.set(true);
+    }
 }
 
 /// A connection from the pool, with this thread's lost-connection flag
 /// cleared: it speaks of this connection only (a failure classified after an
 /// earlier connection went back must not drop this one).
-pub(super) fn checked_out(
+pub(crate) fn checked_out(
     pool: &r2d2::Pool<PgManager>,
 ) -> Result<PooledConnection<PgManager>, r2d2::PoolError> {
     let conn = pool.get()?;
@@ -74,14 +77,14 @@ impl r2d2::ManageConnection for PgManager {
 /// transaction may hold its key (a hung holder's session is ended by the
 /// server, so its transaction can never commit late).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PgSession {
-    pub(super) lease: Duration,
+pub(crate) struct PgSession {
+    pub(crate) lease: Duration,
 }
 
 impl CustomizeConnection<PgConnection, r2d2::Error> for PgSession {
     fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), r2d2::Error> {
         let lease_ms = self.lease.as_millis().max(1);
-        let lock_ms = crate::ledger::pg_lock_wait(self.lease).as_millis();
+        let lock_ms = lock_wait(self.lease).as_millis();
         // READ COMMITTED whatever the database's default: under `repeatable
         // read` or `serializable` a race loser's `INSERT … ON CONFLICT`
         // fails with a serialization error instead of seeing the winner.

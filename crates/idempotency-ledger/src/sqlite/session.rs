@@ -13,7 +13,7 @@ use diesel::result::Error as DieselError;
 /// [`SqliteSession`]).
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(super) type SqliteManager = ConnectionManager<SqliteConnection>;
+pub(crate) type SqliteManager = ConnectionManager<SqliteConnection>;
 
 /// Per-connection SQLite settings. `busy_timeout` comes first so that the
 /// following pragmas already wait for a lock instead of failing.
