@@ -233,6 +233,8 @@ impl<S: Storage> Ledger<S> {
         self.run(request, move || Insert::new(make(), found)).await
     }
 
+    /// The steps, in order; `build` makes the change once the read found
+    /// no entry (a replay or a refusal never builds it).
     async fn run<E: Send + 'static, W: Work<E>>(
         &self,
         request: LedgerRequest<'_>,
