@@ -1,7 +1,7 @@
 //! A request body as the orders routes read it: the value `serde_json`
 //! builds (numbers keep their exact text), strictly (a member named twice
-//! is refused). Its media type, size and syntax are checked before, by the
-//! ledger's extractor (`idempotency_ledger::actix::Idempotent`).
+//! is refused). Its media type, content coding, size and syntax are checked
+//! before, by the ledger's extractor (`idempotency_ledger::actix::Idempotent`).
 
 use std::fmt;
 

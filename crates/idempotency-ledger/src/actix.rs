@@ -10,8 +10,10 @@
 //!
 //! 1. the `Idempotency-Key` header ([`IdempotencyKey`]'s rules) → `400`
 //!    `VALIDATION_FAILED`;
-//! 2. the media type: `application/json` (parameters allowed) → else `415`
-//!    `UNSUPPORTED_MEDIA_TYPE`; a `DELETE` may come without a body, and so
+//! 2. the media type: `application/json` (as RFC 9110 reads it: any case,
+//!    parameters allowed) → else `415` `UNSUPPORTED_MEDIA_TYPE`; a body
+//!    sent with a `Content-Encoding` other than `identity` → `415` too
+//!    (nothing is decoded); a `DELETE` may come without a body, and so
 //!    may any request of a route whose [`IdempotentConfig::body`] says
 //!    [`Body::Optional`];
 //! 3. the size: at most [`IdempotentConfig::limit`] bytes → else `413`
@@ -52,7 +54,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
-use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError, web};
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -156,6 +158,12 @@ pub enum Rejected {
     /// `415 UNSUPPORTED_MEDIA_TYPE`.
     #[error("request bodies must be application/json")]
     UnsupportedMediaType,
+    /// `415 UNSUPPORTED_MEDIA_TYPE`: a body sent with a content coding
+    /// (`Content-Encoding`) other than `identity`, which is not decoded.
+    #[error(
+        "request bodies must not be content-coded: Content-Encoding {0:?} is not decoded here (identity only)"
+    )]
+    UnsupportedContentCoding(String),
     /// `413 PAYLOAD_TOO_LARGE`: more bytes than the limit.
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -171,7 +179,9 @@ impl Rejected {
     fn code(&self) -> &'static str {
         match self {
             Rejected::Key(_) => "VALIDATION_FAILED",
-            Rejected::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Rejected::UnsupportedMediaType | Rejected::UnsupportedContentCoding(_) => {
+                "UNSUPPORTED_MEDIA_TYPE"
+            }
             Rejected::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             Rejected::MalformedJson(_) => "MALFORMED_JSON",
             Rejected::BodyTimeout(_) => "REQUEST_TIMEOUT",
@@ -181,7 +191,9 @@ impl Rejected {
     fn title(&self) -> &'static str {
         match self {
             Rejected::Key(_) => "Invalid Idempotency-Key",
-            Rejected::UnsupportedMediaType => "Unsupported media type",
+            Rejected::UnsupportedMediaType | Rejected::UnsupportedContentCoding(_) => {
+                "Unsupported media type"
+            }
             Rejected::PayloadTooLarge(_) => "Payload too large",
             Rejected::MalformedJson(_) => "Malformed JSON",
             Rejected::BodyTimeout(_) => "Request timeout",
@@ -193,7 +205,9 @@ impl ResponseError for Rejected {
     fn status_code(&self) -> StatusCode {
         match self {
             Rejected::Key(_) | Rejected::MalformedJson(_) => StatusCode::BAD_REQUEST,
-            Rejected::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Rejected::UnsupportedMediaType | Rejected::UnsupportedContentCoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Rejected::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Rejected::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
         }
@@ -303,13 +317,57 @@ fn check_head(req: &HttpRequest, body: Option<Body>) -> Result<(IdempotencyKey, 
     if !optional && !is_json(req) {
         return Err(Rejected::UnsupportedMediaType);
     }
+    if let Some(coding) = content_coding(req) {
+        return Err(Rejected::UnsupportedContentCoding(coding));
+    }
     Ok((key, optional))
 }
 
-/// Whether a request's `Content-Type` is `application/json` (parameters
-/// such as `charset=utf-8` allowed).
+/// Whether a request's `Content-Type` is `application/json`, as RFC 9110
+/// §8.3.1 reads a media type: type and subtype in any case, parameters
+/// (such as `charset=utf-8`) allowed, with optional whitespace around each
+/// `;`.
 fn is_json(req: &HttpRequest) -> bool {
-    matches!(req.mime_type(), Ok(Some(m)) if m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none())
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json_media_type)
+}
+
+/// Whether a `Content-Type` value names `application/json` (see [`is_json`]).
+pub fn is_json_media_type(value: &str) -> bool {
+    media_type(value).is_some_and(|m| {
+        m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none()
+    })
+}
+
+/// `value` parsed as a media type by the `mime` crate, once the optional
+/// whitespace RFC 9110 allows around each `;` (which `mime` refuses before
+/// one) is taken out.
+fn media_type(value: &str) -> Option<mime::Mime> {
+    let parts: Vec<&str> = value.split(';').map(str::trim).collect();
+    parts.join(";").parse().ok()
+}
+
+/// The request's content coding, when it names one other than `identity`
+/// (RFC 9110 §8.4): nothing is decoded, so such a body is refused `415`
+/// instead of being read as it came.
+fn content_coding(req: &HttpRequest) -> Option<String> {
+    let mut codings = req
+        .headers()
+        .get_all(header::CONTENT_ENCODING)
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    codings
+        .any(|c| !c.eq_ignore_ascii_case("identity"))
+        .then(|| {
+            req.headers()
+                .get_all(header::CONTENT_ENCODING)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
 }
 
 /// Reads the whole body, refusing more than `limit` bytes.
@@ -678,6 +736,61 @@ fn internal() -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn json(content_type: &str) -> bool {
+        let req = actix_web::test::TestRequest::default()
+            .insert_header((header::CONTENT_TYPE, content_type))
+            .to_http_request();
+        is_json(&req)
+    }
+
+    #[test]
+    fn a_media_type_is_read_as_rfc_9110_reads_it() {
+        for yes in [
+            "application/json",
+            "Application/JSON",
+            "application/json;charset=utf-8",
+            "application/json; charset=utf-8",
+            "application/json ; charset=utf-8",
+            "Application/JSON ;\tcharset=UTF-8",
+            "application/json;charset=\"utf-8\"",
+            " application/json ",
+        ] {
+            assert!(json(yes), "{yes:?} is JSON");
+        }
+        for no in [
+            "text/json",
+            "application/problem+json",
+            "application/jsonx",
+            "application/json; charset",
+            "application/json;;",
+            "application",
+            "",
+        ] {
+            assert!(!json(no), "{no:?} is not JSON");
+        }
+    }
+
+    fn coding(values: &[&str]) -> Option<String> {
+        let mut req = actix_web::test::TestRequest::default();
+        for value in values {
+            req = req.append_header((header::CONTENT_ENCODING, *value));
+        }
+        content_coding(&req.to_http_request())
+    }
+
+    #[test]
+    fn only_the_identity_coding_is_taken() {
+        assert_eq!(coding(&[]), None);
+        assert_eq!(coding(&["identity"]), None);
+        assert_eq!(coding(&["Identity, identity"]), None);
+        assert_eq!(coding(&["gzip"]).as_deref(), Some("gzip"));
+        assert_eq!(coding(&["identity", "br"]).as_deref(), Some("identity, br"));
+        assert_eq!(
+            coding(&["GZIP, identity"]).as_deref(),
+            Some("GZIP, identity")
+        );
+    }
 
     fn answered(outcome: Result<Outcome, LedgerError<Rejected>>) -> HttpResponse {
         let ran = Ran {
