@@ -334,7 +334,9 @@ fn is_json(req: &HttpRequest) -> bool {
         .is_some_and(is_json_media_type)
 }
 
-/// Whether a `Content-Type` value names `application/json` (see [`is_json`]).
+/// Whether a `Content-Type` value names `application/json`, as RFC 9110
+/// reads a media type (any case, parameters allowed, optional whitespace
+/// around each `;`): the extractor's media type check.
 pub fn is_json_media_type(value: &str) -> bool {
     media_type(value).is_some_and(|m| {
         m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none()
