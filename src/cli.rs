@@ -97,6 +97,9 @@ impl Command {
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB.
+    /// A SQLite URI filename (sqlite://file:PATH?…) takes mode=ro|rw|rwc and
+    /// vfs=unix only; a query on a plain path, locking off and in-memory
+    /// databases are refused.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true,
           value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub database_url: DatabaseUrl,

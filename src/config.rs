@@ -21,7 +21,9 @@ pub const DEFAULT_WAIT_SECS: u64 = 5;
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
     /// sqlite://PATH (the default, embedded) or postgres://USER@HOST:PORT/DB;
-    /// created when it does not exist.
+    /// created when it does not exist. A SQLite URI filename
+    /// (sqlite://file:PATH?…) takes mode=ro|rw|rwc and vfs=unix only; a query
+    /// on a plain path, locking off and in-memory databases are refused.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL,
           value_parser = DatabaseUrlParser, hide_env_values = true)]
     pub database_url: DatabaseUrl,
@@ -57,7 +59,9 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=16_777_216))]
     pub max_body_bytes: u64,
 
-    /// Comma-separated origins allowed cross-origin access (`*` for any); empty: none.
+    /// Comma-separated origins allowed cross-origin access, each
+    /// http(s)://HOST or http(s)://HOST:PORT (a port in 1-65535; no user,
+    /// path, query or fragment), or `*` for any; empty: none.
     #[arg(long = "cors-allowed-origins", env = "CORS_ALLOWED_ORIGINS", default_value = "",
           value_delimiter = ',', value_parser = parse_origin)]
     pub cors_allowed_origins: Vec<String>,
@@ -137,24 +141,49 @@ impl clap::builder::TypedValueParser for DatabaseUrlParser {
     }
 }
 
-/// An origin as browsers send it: `scheme://host[:port]`, or `*`.
-fn parse_origin(raw: &str) -> Result<String, String> {
+/// An origin as browsers send it: `http(s)://host[:port]` with a port in
+/// 1–65535, or `*`. Nothing else: no user information, path (not even `/`),
+/// query or fragment. It is read by the `url` crate (WHATWG URL) and kept
+/// as a browser serializes it in its `Origin` header (the host lowercased
+/// and, for a name outside ASCII, in punycode; the scheme's default port
+/// left out), which is what the CORS layer compares byte for byte.
+pub(crate) fn parse_origin(raw: &str) -> Result<String, String> {
     let origin = raw.trim();
     if origin.is_empty() || origin == "*" {
         return Ok(origin.to_owned());
     }
-    let not_an_origin = || format!("{origin:?} is not an origin: expected http(s)://host[:port]");
-    let rest = origin
-        .strip_prefix("https://")
-        .or_else(|| origin.strip_prefix("http://"))
-        .ok_or_else(not_an_origin)?;
-    if rest.is_empty()
-        || rest.contains(['/', '?', '#', ' '])
-        || origin.parse::<actix_web::http::Uri>().is_err()
-    {
-        return Err(not_an_origin());
+    let refuse = |why: &str| {
+        format!(
+            "{origin:?} is not an origin ({why}): expected http(s)://host[:port], a port in \
+             1-65535, with no user, path, query or fragment"
+        )
+    };
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return Err(refuse("no scheme"));
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(refuse("the scheme is not http or https"));
     }
-    Ok(origin.to_owned())
+    if rest.contains(['/', '\\', '?', '#']) {
+        return Err(refuse("it has a path, a query or a fragment"));
+    }
+    if rest.contains('@') {
+        return Err(refuse("it has a user"));
+    }
+    if rest.ends_with(':') {
+        return Err(refuse("an empty port"));
+    }
+    let url = url::Url::parse(origin).map_err(|e| refuse(&e.to_string()))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse("it has a user"));
+    }
+    if url.port() == Some(0) {
+        return Err(refuse("port 0"));
+    }
+    match url.origin() {
+        url::Origin::Tuple(..) if url.host().is_some() => Ok(url.origin().ascii_serialization()),
+        _ => Err(refuse("no host")),
+    }
 }
 
 /// The longest retention accepted: 100 years. An entry's expiry must stay a
@@ -413,6 +442,44 @@ mod tests {
         assert!(parse(&["--database-url", "mysql://x"]).is_err());
         assert!(parse(&["--lease-secs", "0"]).is_err());
         assert!(parse(&["--cors-allowed-origins", "example.com"]).is_err());
+        for refused in [
+            "https://a:99999",
+            "https://a:65536",
+            "https://a:0",
+            "https://a:-1",
+            "https://a:",
+            "https://user@a",
+            "https://user:pw@a",
+            "https://@a",
+            "https://a/",
+            "https://a/path",
+            "https://a?q",
+            "https://a#f",
+            "https://a\\b",
+            "https://",
+            "https://a b",
+            "ftp://a",
+            "https:a",
+            "//a",
+        ] {
+            let err = parse_origin(refused).unwrap_err();
+            assert!(
+                err.contains("is not an origin") && !err.contains('\n'),
+                "{refused}: {err}"
+            );
+        }
+        for (accepted, kept) in [
+            ("https://a.example", "https://a.example"),
+            ("https://a.example:1", "https://a.example:1"),
+            ("http://a.example:65535", "http://a.example:65535"),
+            ("HTTPS://A.Example", "https://a.example"),
+            ("https://a.example:443", "https://a.example"),
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+            ("http://[::1]:8080", "http://[::1]:8080"),
+            (" * ", "*"),
+        ] {
+            assert_eq!(parse_origin(accepted).as_deref(), Ok(kept), "{accepted}");
+        }
         // The replay memory: off at 0, at most a minute.
         assert!(parse(&["--replay-cache-secs", "0"]).is_ok());
         assert!(parse(&["--replay-cache-secs", "60"]).is_ok());

@@ -220,6 +220,157 @@ pub fn check_cursor(text: &str) {
     );
 }
 
+/// A URI filename's parameter: its name and value, decoded.
+pub type Parameter = (Vec<u8>, Vec<u8>);
+
+/// The parameters of a SQLite URI filename as SQLite's `sqlite3ParseUri`
+/// reads them, byte by byte: the text ends at its first `#`; `%HH` is
+/// decoded everywhere; after the first `?`, an undecoded `&` ends a
+/// parameter and its first undecoded `=` ends its name. Returns the decoded
+/// file part (after `file:`, with a `//HOST` authority dropped), the
+/// parameters, and whether there was a fragment.
+pub fn reference_sqlite_uri(uri: &str) -> (Vec<u8>, Vec<Parameter>, bool) {
+    let bytes = uri.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let (mut file, mut params) = (Vec::new(), Vec::new());
+    let (mut in_query, mut in_value) = (false, false);
+    let (mut name, mut value) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    let mut fragment = false;
+    while at < bytes.len() {
+        let mut b = bytes[at];
+        at += 1;
+        if b == b'#' {
+            fragment = true;
+            break;
+        }
+        let mut decoded = false;
+        if b == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(at).copied().and_then(hex),
+                bytes.get(at + 1).copied().and_then(hex),
+            )
+        {
+            b = h * 16 + l;
+            at += 2;
+            decoded = true;
+        }
+        if !in_query {
+            if b == b'?' && !decoded {
+                in_query = true;
+            } else {
+                file.push(b);
+            }
+        } else if !decoded && b == b'&' {
+            params.push((std::mem::take(&mut name), std::mem::take(&mut value)));
+            in_value = false;
+        } else if !decoded && b == b'=' && !in_value {
+            in_value = true;
+        } else if in_value {
+            value.push(b);
+        } else {
+            name.push(b);
+        }
+    }
+    if in_query {
+        params.push((name, value));
+    }
+    params.retain(|(n, v)| !(n.is_empty() && v.is_empty()));
+    if file.starts_with(b"//") {
+        file = match file[2..].iter().position(|&b| b == b'/') {
+            Some(slash) => file[2 + slash..].to_vec(),
+            None => Vec::new(),
+        };
+    }
+    (file, params, fragment)
+}
+
+/// Any text as the server's settings that quietly broke the guarantee: a
+/// `DATABASE_URL` that selects SQLite is accepted only when SQLite keeps
+/// the database in a file it locks (checked against
+/// [`reference_sqlite_uri`]: a plain path with no `?` other than
+/// `:memory:`; a URI filename that names a file other than `:memory:`,
+/// with no fragment and only `mode=ro|rw|rwc` and `vfs=unix`, each once);
+/// a CORS origin is accepted only as `http(s)://host[:port]` (a port in
+/// 1–65535), kept as a browser serializes it, which reads back as itself;
+/// `LOG_FORMAT` is `text` or `json` in any case, or empty. Every refusal is
+/// one line.
+pub fn check_settings(text: &str) {
+    use crate::db::{Backend, DatabaseUrl};
+    match DatabaseUrl::parse(text) {
+        Err(why) => assert!(!why.contains('\n'), "{text:?}: {why}"),
+        Ok(url) if url.backend() == Backend::Sqlite => {
+            let target = url.as_str();
+            match target.strip_prefix("file:") {
+                None => assert!(
+                    !target.contains('?') && target != ":memory:" && !target.is_empty(),
+                    "{text:?}"
+                ),
+                Some(uri) => {
+                    let (file, params, fragment) = reference_sqlite_uri(uri);
+                    assert!(!fragment, "{text:?}");
+                    assert!(!file.is_empty() && file != b":memory:", "{text:?}");
+                    let allowed: [(&[u8], &[u8]); 4] = [
+                        (b"mode", b"ro"),
+                        (b"mode", b"rw"),
+                        (b"mode", b"rwc"),
+                        (b"vfs", b"unix"),
+                    ];
+                    for (i, (name, value)) in params.iter().enumerate() {
+                        assert!(
+                            allowed.contains(&(name.as_slice(), value.as_slice())),
+                            "{text:?}: {:?}={:?}",
+                            String::from_utf8_lossy(name),
+                            String::from_utf8_lossy(value)
+                        );
+                        assert!(
+                            params[..i].iter().all(|(n, _)| n != name),
+                            "{text:?}: twice"
+                        );
+                    }
+                }
+            }
+        }
+        Ok(_) => {}
+    }
+
+    match crate::config::parse_origin(text) {
+        Err(why) => assert!(!why.contains('\n'), "{text:?}: {why}"),
+        Ok(origin) if origin.is_empty() || origin == "*" => {
+            assert!(text.trim().is_empty() || text.trim() == "*", "{text:?}");
+        }
+        Ok(origin) => {
+            let url = url::Url::parse(&origin).unwrap();
+            assert_eq!(url.origin().ascii_serialization(), origin, "{text:?}");
+            assert!(["http", "https"].contains(&url.scheme()), "{text:?}");
+            assert!(
+                url.username().is_empty() && url.password().is_none(),
+                "{text:?}"
+            );
+            assert!(url.port().is_none_or(|p| p >= 1), "{text:?}");
+            let typed = text.trim();
+            let authority = &typed[typed.find("://").unwrap() + 3..];
+            assert!(
+                !authority.contains(['/', '\\', '?', '#', '@']),
+                "{text:?} has more than an origin"
+            );
+            assert_eq!(
+                crate::config::parse_origin(&origin).as_deref(),
+                Ok(origin.as_str()),
+                "{text:?}"
+            );
+        }
+    }
+
+    let format = crate::telemetry::LogFormat::parse(Some(std::ffi::OsStr::new(text)));
+    let known =
+        text.is_empty() || text.eq_ignore_ascii_case("text") || text.eq_ignore_ascii_case("json");
+    assert_eq!(format.is_ok(), known, "{text:?}");
+    if let Err(why) = format {
+        assert!(!why.contains('\n'), "{text:?}: {why}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use fuzz_replay::replay;
@@ -252,6 +403,35 @@ mod tests {
     #[test]
     fn the_cursor_corpus_keeps_its_invariant() {
         replay("cursor", text(check_cursor));
+    }
+
+    #[test]
+    fn the_settings_corpus_keeps_its_invariant() {
+        replay("settings", text(check_settings));
+    }
+
+    #[test]
+    fn the_reference_reads_a_sqlite_uri_as_sqlite_does() {
+        let (file, params, fragment) =
+            reference_sqlite_uri("//localhost/a%3Fb.db?v%66s=unix&mode=ro&&x#y");
+        assert_eq!(file, b"/a?b.db");
+        assert_eq!(
+            params,
+            [
+                (b"vfs".to_vec(), b"unix".to_vec()),
+                (b"mode".to_vec(), b"ro".to_vec()),
+                (b"x".to_vec(), Vec::new())
+            ]
+        );
+        assert!(fragment);
+        let (_, params, _) = reference_sqlite_uri("a?k=v%26w=x&n%3Dm=1");
+        assert_eq!(
+            params,
+            [
+                (b"k".to_vec(), b"v&w=x".to_vec()),
+                (b"n=m".to_vec(), b"1".to_vec())
+            ]
+        );
     }
 
     #[test]

@@ -27,11 +27,18 @@ fn main() -> ExitCode {
         // its usage line and the list of subcommands (exit 2).
         Err(e) => e.exit(),
     };
+    let log_format = match telemetry::LogFormat::from_env() {
+        Ok(format) => format,
+        Err(e) => {
+            eprintln!("orders-api: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Err(e) = args.validate() {
         eprintln!("orders-api: {e}");
         return ExitCode::from(2);
     }
-    telemetry::init_logging();
+    telemetry::init_logging(log_format);
     match commands::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,6 +1,6 @@
 //! Property tests (proptest) of everything that reads client input: the
 //! `Idempotency-Key` parser, the request fingerprint, the order body parser
-//! with its money arithmetic, and the list cursor.
+//! with its money arithmetic, the list cursor, and the body's media type.
 //!
 //! Numbers are generated as *text*, never as floats: signs, leading zeros,
 //! mantissas of 0–400 digits, exponents of up to 20 digits, then checked
@@ -12,6 +12,7 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
+use crate::http::body::is_json_media_type;
 use crate::orders::Cursor;
 use crate::orders::input::{FieldError, parse_new_order};
 use crate::orders::model::{Money, cents_to_json};
@@ -339,5 +340,34 @@ proptest! {
             prop_assert_eq!(&issued, &hex.to_ascii_lowercase());
             prop_assert_eq!(Cursor::decode(&issued), Some(cursor));
         }
+    }
+
+    #[test]
+    fn a_media_type_reads_the_same_whatever_the_whitespace_around_its_semicolons_and_its_case(
+        subtype in prop_oneof![
+            Just("json".to_owned()),
+            Just("JSON".to_owned()),
+            Just("Json".to_owned()),
+            Just("problem+json".to_owned()),
+            Just("jsonx".to_owned()),
+            "[a-z]{1,6}",
+        ],
+        params in proptest::collection::vec(("[a-zA-Z]{1,8}", "[a-zA-Z0-9-]{1,8}"), 0..3),
+        before in proptest::collection::vec("[ \t]{0,2}", 3),
+        after in proptest::collection::vec("[ \t]{0,2}", 3),
+        noise in "\\PC{0,40}",
+    ) {
+        // Any text: an answer, never a panic.
+        let _ = is_json_media_type(&noise);
+        let tight: String = std::iter::once(format!("application/{subtype}"))
+            .chain(params.iter().map(|(k, v)| format!(";{k}={v}")))
+            .collect();
+        let mut spaced = format!("Application/{subtype}");
+        for (i, (k, v)) in params.iter().enumerate() {
+            spaced.push_str(&format!("{};{}{k}={v}", before[i], after[i]));
+        }
+        let expected = subtype.eq_ignore_ascii_case("json");
+        prop_assert_eq!(is_json_media_type(&tight), expected, "{}", tight);
+        prop_assert_eq!(is_json_media_type(&spaced), expected, "{}", spaced);
     }
 }

@@ -115,10 +115,12 @@ impl Application {
                 .wrap(http::cors(&origins))
                 .wrap(http::error::problem_for_every_error())
                 .wrap(from_fn(telemetry::observe))
+                .wrap(from_fn(http::connection::close_after_unfinished_body))
         })
         .shutdown_timeout(SHUTDOWN_GRACE)
         .client_request_timeout(CLIENT_REQUEST_TIMEOUT)
         .keep_alive(KEEP_ALIVE)
+        .client_disconnect_timeout(http::connection::LINGER)
         .max_connections(MAX_CONNECTIONS_PER_WORKER)
         .worker_max_blocking_threads(blocking_threads)
         // Ours instead of actix's, whose SIGINT stops at once: see `stop_on_signal`.

@@ -18,19 +18,51 @@ use crate::db::Pool;
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// How log lines are written: `LOG_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// What `LOG_FORMAT` names: `text` or `json`, in any case; unset or
+    /// empty is `text`. Anything else is refused with one line, before the
+    /// command does anything.
+    pub fn from_env() -> Result<Self, String> {
+        Self::parse(std::env::var_os("LOG_FORMAT").as_deref())
+    }
+
+    pub fn parse(value: Option<&std::ffi::OsStr>) -> Result<Self, String> {
+        let Some(value) = value else {
+            return Ok(Self::Text);
+        };
+        let Some(text) = value.to_str() else {
+            return Err("LOG_FORMAT is not valid UTF-8: it must be text or json".into());
+        };
+        if text.is_empty() || text.eq_ignore_ascii_case("text") {
+            Ok(Self::Text)
+        } else if text.eq_ignore_ascii_case("json") {
+            Ok(Self::Json)
+        } else {
+            Err(format!("LOG_FORMAT is {text:?}: it must be text or json"))
+        }
+    }
+}
+
 /// Installs the log subscriber: `RUST_LOG` filters (default `info`),
-/// `LOG_FORMAT=json` switches to one JSON object per line. Logs go to stderr.
-pub fn init_logging() {
+/// `format` is `LOG_FORMAT`'s ([`LogFormat::from_env`]). Logs go to stderr.
+pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
-    let _ = if json {
-        builder.json().flatten_event(true).try_init()
-    } else {
-        builder.try_init()
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
     };
 }
 

@@ -73,12 +73,7 @@ impl DatabaseUrl {
         if path.is_empty() {
             return Err(format!("DATABASE_URL names no SQLite file: {ACCEPTED}"));
         }
-        if path == ":memory:" {
-            return Err(
-                "an in-memory SQLite database cannot be shared by a connection pool: name a file"
-                    .into(),
-            );
-        }
+        sqlite_target(path)?;
         Ok(Self {
             backend: Backend::Sqlite,
             target: path.to_owned(),
@@ -135,6 +130,118 @@ impl DatabaseUrl {
             secrets: self.secrets.clone(),
         })
     }
+}
+
+/// SQLite URI filename parameters the server keeps its promises with: a
+/// mode that keeps the database in a file (`ro` opens it read-only, `rw`
+/// refuses to create it, `rwc` is the default), and the default VFS of a
+/// Unix system, `unix`, which locks the file with POSIX advisory locks.
+const SQLITE_PARAMETERS: &str = "mode=ro, mode=rw, mode=rwc and vfs=unix";
+
+/// Why a SQLite target is refused: what would keep the database in memory
+/// (`:memory:`, `mode=memory`, a URI filename that names no file, which
+/// SQLite opens as a temporary database), turn off or change its file
+/// locking (`nolock`, `immutable`, a `vfs` other than `unix`: `unix-none`
+/// locks nothing, `memdb` keeps it in memory), or anything else the server
+/// does not know the meaning of: another parameter of a URI filename
+/// (`file:PATH?…`, read as SQLite reads it, percent-decoded, up to its
+/// `#`), a fragment, and any query of a plain path (`a.db?nolock=1`, which
+/// SQLite would take as part of the file name). One line, naming the
+/// parameter.
+fn sqlite_target(path: &str) -> Result<(), String> {
+    const IN_MEMORY: &str = "would keep the database in memory, where nothing outlives the \
+                             process and a connection pool does not share it: name a file";
+    if path == ":memory:" {
+        return Err(format!("DATABASE_URL {path:?} {IN_MEMORY}"));
+    }
+    let Some(uri) = path.strip_prefix("file:") else {
+        let Some((_, query)) = path.split_once('?') else {
+            return Ok(());
+        };
+        let name = query.split(['&', '=']).next().unwrap_or_default();
+        return Err(format!(
+            "DATABASE_URL's query parameter {name:?} is not one the server understands: a SQLite \
+             path takes none (a '?' would become part of the file name); SQLite's own parameters \
+             go in a URI filename, sqlite://file:PATH?mode=ro, which takes {SQLITE_PARAMETERS}"
+        ));
+    };
+    if uri.contains('#') {
+        return Err(
+            "DATABASE_URL's SQLite URI filename has a fragment ('#…'), which SQLite drops: \
+             write a '#' of the file name as %23"
+                .into(),
+        );
+    }
+    let (file, query) = match uri.split_once('?') {
+        Some((file, query)) => (file, Some(query)),
+        None => (uri, None),
+    };
+    // `file://HOST/PATH`: the path starts at the first `/` after the host.
+    let file = match file.strip_prefix("//") {
+        Some(rest) => rest.find('/').map_or("", |slash| &rest[slash..]),
+        None => file,
+    };
+    let file = percent_encoding::percent_decode_str(file).decode_utf8_lossy();
+    if file.is_empty() {
+        return Err(
+            "DATABASE_URL's SQLite URI filename names no file, which SQLite opens as a \
+             temporary database deleted when it closes: name a file"
+                .into(),
+        );
+    }
+    if file == ":memory:" {
+        return Err(format!("DATABASE_URL {path:?} {IN_MEMORY}"));
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for parameter in query.into_iter().flat_map(|q| q.split('&')) {
+        let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+        let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+        let value = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+        if name.is_empty() && value.is_empty() {
+            continue;
+        }
+        if seen.iter().any(|s| *s == name) {
+            return Err(format!(
+                "DATABASE_URL's SQLite parameter {name:?} is given twice: give it once"
+            ));
+        }
+        match (&*name, &*value) {
+            ("mode", "ro" | "rw" | "rwc") | ("vfs", "unix") => {}
+            ("mode", "memory") => {
+                return Err(format!(
+                    "DATABASE_URL's SQLite parameter mode=memory {IN_MEMORY}"
+                ));
+            }
+            ("nolock" | "immutable", _) => {
+                return Err(format!(
+                    "DATABASE_URL's SQLite parameter {name} turns off SQLite's file locking, \
+                     without which another process (a second server, `orders-api migrate`) \
+                     writes over this one: a SQLite URI filename takes {SQLITE_PARAMETERS}"
+                ));
+            }
+            ("vfs", _) => {
+                return Err(format!(
+                    "DATABASE_URL's SQLite parameter vfs={value} changes how the file is \
+                     locked or kept (unix-none locks nothing, memdb keeps it in memory): only \
+                     vfs=unix, the default, is accepted"
+                ));
+            }
+            ("mode", _) => {
+                return Err(format!(
+                    "DATABASE_URL's SQLite parameter mode={value} is not a mode the server \
+                     understands: a SQLite URI filename takes {SQLITE_PARAMETERS}"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "DATABASE_URL's SQLite parameter {name:?} is not one the server \
+                     understands: a SQLite URI filename takes {SQLITE_PARAMETERS}"
+                ));
+            }
+        }
+        seen.push(name.into_owned());
+    }
+    Ok(())
 }
 
 /// A PostgreSQL URL cut around its database name: what comes before the
@@ -434,6 +541,58 @@ mod tests {
             assert_eq!(err.lines().count(), 1, "{raw:?}: {err}");
         }
         assert!(DatabaseUrl::parse("sqlite::memory:").is_err());
+    }
+
+    /// A SQLite target the server cannot keep its promises on is refused
+    /// in one line that names what is wrong: locking off, in memory, a
+    /// parameter it does not know. What it knows still opens.
+    #[test]
+    fn sqlite_urls_that_turn_off_locking_keep_the_database_in_memory_or_say_what_is_not_understood_are_refused()
+     {
+        for (raw, named) in [
+            ("sqlite://file:/tmp/a.db?vfs=unix-none", "vfs=unix-none"),
+            ("file:a.db?vfs=unix-dotfile", "vfs=unix-dotfile"),
+            ("sqlite:file:a.db?vfs=memdb", "vfs=memdb"),
+            ("sqlite://file:a.db?v%66s=unix-none", "vfs=unix-none"),
+            ("sqlite://file:a.db?nolock=1", "nolock"),
+            ("sqlite://file:a.db?immutable=1", "immutable"),
+            ("sqlite://file::memory:", "in memory"),
+            ("sqlite://file:%3Amemory%3A", "in memory"),
+            ("sqlite://file::memory:?cache=shared", "in memory"),
+            ("sqlite://file:a.db?mode=memory", "in memory"),
+            ("sqlite://file:a.db?mode=ro&mode=memory", "twice"),
+            ("sqlite://:memory:", "in memory"),
+            ("sqlite::memory:", "in memory"),
+            (":memory:", "in memory"),
+            ("sqlite://file:", "names no file"),
+            ("sqlite://file:?mode=rwc", "names no file"),
+            ("sqlite://file://localhost?mode=rwc", "names no file"),
+            ("sqlite://file:a.db?cache=shared", "\"cache\""),
+            ("sqlite://file:a.db?Mode=ro", "\"Mode\""),
+            ("sqlite://file:a.db?mode=rwx", "mode=rwx"),
+            ("sqlite://file:a.db#x", "fragment"),
+            ("sqlite://a.db?nolock=1", "\"nolock\""),
+            ("a.db?mode=memory", "\"mode\""),
+            ("sqlite:a.db?", "\"\""),
+        ] {
+            let err = DatabaseUrl::parse(raw).unwrap_err();
+            assert!(err.contains(named), "{raw}: {err}");
+            assert_eq!(err.lines().count(), 1, "{raw}: {err}");
+        }
+        for (raw, target) in [
+            ("sqlite://file:a.db?mode=ro", "file:a.db?mode=ro"),
+            (
+                "sqlite://file:///tmp/a.db?mode=rwc&vfs=unix",
+                "file:///tmp/a.db?mode=rwc&vfs=unix",
+            ),
+            ("sqlite://file:a%23b.db", "file:a%23b.db"),
+            ("sqlite://file:a.db?", "file:a.db?"),
+            ("sqlite:///tmp/a#b.db", "/tmp/a#b.db"),
+            ("memory.db", "memory.db"),
+        ] {
+            let url = DatabaseUrl::parse(raw).unwrap();
+            assert_eq!(url.as_str(), target, "{raw}");
+        }
     }
 
     #[test]

@@ -4,17 +4,58 @@ use std::fmt;
 use std::time::Duration;
 
 use actix_web::http::header;
-use actix_web::{HttpMessage, HttpRequest, web};
+use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use super::error::ApiError;
 
-/// Whether a request's `Content-Type` is `application/json` (parameters such
-/// as `charset=utf-8` allowed).
+/// Whether a request's `Content-Type` is `application/json`, as RFC 9110
+/// §8.3.1 reads a media type: type and subtype in any case, parameters
+/// (such as `charset=utf-8`) allowed, with optional whitespace around each
+/// `;`.
 pub fn is_json(req: &HttpRequest) -> bool {
-    matches!(req.mime_type(), Ok(Some(m)) if m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none())
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json_media_type)
+}
+
+/// Whether a `Content-Type` value names `application/json` (see [`is_json`]).
+pub fn is_json_media_type(value: &str) -> bool {
+    media_type(value).is_some_and(|m| {
+        m.type_() == mime::APPLICATION && m.subtype() == mime::JSON && m.suffix().is_none()
+    })
+}
+
+/// `value` parsed as a media type by the `mime` crate, once the optional
+/// whitespace RFC 9110 allows around each `;` (which `mime` refuses before
+/// one) is taken out.
+fn media_type(value: &str) -> Option<mime::Mime> {
+    let parts: Vec<&str> = value.split(';').map(str::trim).collect();
+    parts.join(";").parse().ok()
+}
+
+/// The request's content coding, when it names one other than `identity`
+/// (RFC 9110 §8.4): the service decodes none, so such a body is refused
+/// `415` instead of being read as it came.
+pub fn content_coding(req: &HttpRequest) -> Option<String> {
+    let mut codings = req
+        .headers()
+        .get_all(header::CONTENT_ENCODING)
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    codings
+        .any(|c| !c.eq_ignore_ascii_case("identity"))
+        .then(|| {
+            req.headers()
+                .get_all(header::CONTENT_ENCODING)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
 }
 
 /// How long a request body may take to arrive, counted from the moment its
@@ -167,6 +208,61 @@ impl<'de> Visitor<'de> for StrictVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn json(content_type: &str) -> bool {
+        let req = actix_web::test::TestRequest::default()
+            .insert_header((header::CONTENT_TYPE, content_type))
+            .to_http_request();
+        is_json(&req)
+    }
+
+    #[test]
+    fn a_media_type_is_read_as_rfc_9110_reads_it() {
+        for yes in [
+            "application/json",
+            "Application/JSON",
+            "application/json;charset=utf-8",
+            "application/json; charset=utf-8",
+            "application/json ; charset=utf-8",
+            "Application/JSON ;\tcharset=UTF-8",
+            "application/json;charset=\"utf-8\"",
+            " application/json ",
+        ] {
+            assert!(json(yes), "{yes:?} is JSON");
+        }
+        for no in [
+            "text/json",
+            "application/problem+json",
+            "application/jsonx",
+            "application/json; charset",
+            "application/json;;",
+            "application",
+            "",
+        ] {
+            assert!(!json(no), "{no:?} is not JSON");
+        }
+    }
+
+    fn coding(values: &[&str]) -> Option<String> {
+        let mut req = actix_web::test::TestRequest::default();
+        for value in values {
+            req = req.append_header((header::CONTENT_ENCODING, *value));
+        }
+        content_coding(&req.to_http_request())
+    }
+
+    #[test]
+    fn only_the_identity_coding_is_taken() {
+        assert_eq!(coding(&[]), None);
+        assert_eq!(coding(&["identity"]), None);
+        assert_eq!(coding(&["Identity, identity"]), None);
+        assert_eq!(coding(&["gzip"]).as_deref(), Some("gzip"));
+        assert_eq!(coding(&["identity", "br"]).as_deref(), Some("identity, br"));
+        assert_eq!(
+            coding(&["GZIP, identity"]).as_deref(),
+            Some("GZIP, identity")
+        );
+    }
 
     #[test]
     fn duplicate_members_are_refused_at_any_depth() {

@@ -43,6 +43,12 @@ pub enum ApiError {
     BadIdempotencyKey(#[from] KeyError),
     #[error("request bodies must be application/json")]
     UnsupportedMediaType,
+    /// A body sent with a content coding (`Content-Encoding`) other than
+    /// `identity`: the service decodes none.
+    #[error(
+        "request bodies must not be content-coded: Content-Encoding {0:?} is not decoded here (identity only)"
+    )]
+    UnsupportedContentCoding(String),
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
     #[error("{0}")]
@@ -125,7 +131,9 @@ impl ApiError {
             ApiError::BadIdempotencyKey(_) | ApiError::Validation(_) | ApiError::BadQuery(_) => {
                 "VALIDATION_FAILED"
             }
-            ApiError::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            ApiError::UnsupportedMediaType | ApiError::UnsupportedContentCoding(_) => {
+                "UNSUPPORTED_MEDIA_TYPE"
+            }
             ApiError::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
             ApiError::MalformedJson(_) => "MALFORMED_JSON",
             ApiError::BodyTimeout(_) => "REQUEST_TIMEOUT",
@@ -155,7 +163,9 @@ impl ApiError {
             ApiError::Unauthorized => "Unauthorized",
             ApiError::BadIdempotencyKey(_) => "Invalid Idempotency-Key",
             ApiError::Validation(_) | ApiError::BadQuery(_) => "Validation failed",
-            ApiError::UnsupportedMediaType => "Unsupported media type",
+            ApiError::UnsupportedMediaType | ApiError::UnsupportedContentCoding(_) => {
+                "Unsupported media type"
+            }
             ApiError::PayloadTooLarge(_) => "Payload too large",
             ApiError::MalformedJson(_) => "Malformed JSON",
             ApiError::BodyTimeout(_) => "Request timeout",
@@ -178,7 +188,9 @@ impl ApiError {
             ApiError::BadIdempotencyKey(_) | ApiError::MalformedJson(_) | ApiError::BadQuery(_) => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedMediaType | ApiError::UnsupportedContentCoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod auth;
 pub mod body;
+pub mod connection;
 pub mod error;
 pub mod health;
 pub mod mutation;
@@ -48,9 +49,16 @@ pub struct Endpoint {
 pub const AUTHENTICATED_PREFIX: &str = "/v1";
 
 /// Every operation, grouped by path; within a path, in the order `Allow` lists them.
+/// Every `GET` has its `HEAD` (RFC 9110 §9.3.2): the same handler, answered
+/// without the body (actix-http leaves it out, `Content-Length` kept).
 pub const ENDPOINTS: &[Endpoint] = &[
     Endpoint {
         method: Method::GET,
+        path: "/healthz",
+        handler: || web::route().to(health::healthz),
+    },
+    Endpoint {
+        method: Method::HEAD,
         path: "/healthz",
         handler: || web::route().to(health::healthz),
     },
@@ -60,7 +68,17 @@ pub const ENDPOINTS: &[Endpoint] = &[
         handler: || web::route().to(health::readyz),
     },
     Endpoint {
+        method: Method::HEAD,
+        path: "/readyz",
+        handler: || web::route().to(health::readyz),
+    },
+    Endpoint {
         method: Method::GET,
+        path: "/metrics",
+        handler: || web::route().to(health::metrics),
+    },
+    Endpoint {
+        method: Method::HEAD,
         path: "/metrics",
         handler: || web::route().to(health::metrics),
     },
@@ -70,7 +88,17 @@ pub const ENDPOINTS: &[Endpoint] = &[
         handler: || web::route().to(openapi::serve),
     },
     Endpoint {
+        method: Method::HEAD,
+        path: "/openapi.json",
+        handler: || web::route().to(openapi::serve),
+    },
+    Endpoint {
         method: Method::GET,
+        path: "/v1/orders",
+        handler: || web::route().to(orders::list),
+    },
+    Endpoint {
+        method: Method::HEAD,
         path: "/v1/orders",
         handler: || web::route().to(orders::list),
     },
@@ -81,6 +109,11 @@ pub const ENDPOINTS: &[Endpoint] = &[
     },
     Endpoint {
         method: Method::GET,
+        path: "/v1/orders/{id}",
+        handler: || web::route().to(orders::get),
+    },
+    Endpoint {
+        method: Method::HEAD,
         path: "/v1/orders/{id}",
         handler: || web::route().to(orders::get),
     },

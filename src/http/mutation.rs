@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use super::AppState;
 use super::auth::AuthUser;
-use super::body::{is_json, parse_json, read_limited};
+use super::body::{content_coding, is_json, parse_json, read_limited};
 use super::error::{ApiError, instance_of};
 use crate::telemetry::RequestId;
 
@@ -110,6 +110,9 @@ impl Mutation {
         )?;
         if rule == BodyRule::Json && !is_json(req) {
             return Err(ApiError::UnsupportedMediaType);
+        }
+        if let Some(coding) = content_coding(req) {
+            return Err(ApiError::UnsupportedContentCoding(coding));
         }
         let bytes = read_limited(req, payload, state.max_body_bytes).await?;
         let json = match rule {

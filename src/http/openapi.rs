@@ -190,7 +190,34 @@ impl Modify for Shared {
                 }
             }
         }
+        // Last: a `HEAD` has every answer of its `GET`, the shared ones too.
+        for item in doc.paths.paths.values_mut() {
+            if item.head.is_none() {
+                item.head = item.get.as_ref().map(head_of);
+            }
+        }
     }
+}
+
+/// The `HEAD` operation of a `GET` (RFC 9110 §9.3.2): the same answers and
+/// headers, without a body.
+fn head_of(get: &Operation) -> Operation {
+    let mut head = get.clone();
+    head.operation_id = get.operation_id.as_ref().map(|id| format!("{id}Head"));
+    head.summary = Some(format!(
+        "{} (headers only)",
+        get.summary
+            .as_deref()
+            .unwrap_or("As GET")
+            .trim_end_matches('.')
+    ));
+    head.description = Some("As `GET`, answered without a body.".to_owned());
+    for response in head.responses.responses.values_mut() {
+        if let RefOr::T(response) = response {
+            response.content.clear();
+        }
+    }
+    head
 }
 
 /// Each operation of `item`, with its method in lower case.
@@ -303,7 +330,8 @@ fn add_mutation_responses(operation: &mut Operation) {
     add_problem(
         operation,
         "415",
-        "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`.",
+        "`UNSUPPORTED_MEDIA_TYPE`: the body is not `application/json`, or is content-coded \
+         (a `Content-Encoding` other than `identity`: the service decodes none).",
         [],
     );
     // Described below: the ledger's conflicts, after the handler's own ones.

@@ -15,6 +15,70 @@ fn body_with(quantity: &str, price: &str) -> String {
 }
 
 both_backends! {
+    /// RFC 9110 §8.3.1: a media type's type and subtype are read in any
+    /// case, and whitespace around a parameter's `;` is allowed, so
+    /// `Application/JSON ; charset=utf-8` is JSON (before, a space before
+    /// the `;` was `415`).
+    fn a_json_media_type_in_any_case_with_whitespace_around_its_parameters_is_json(backend) {
+        let app = TestApp::spawn(backend);
+        let auth = format!("Bearer {}", app.token);
+        let body = order_body("Widget", 1, "1.00");
+        for (i, content_type) in [
+            "Application/JSON ; charset=utf-8",
+            "application/json ;charset=UTF-8",
+            "APPLICATION/json\t;\tcharset=\"utf-8\"",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let key = format!("typed-{i}");
+            let created = post_as(
+                &app,
+                &[
+                    ("Authorization", auth.as_str()),
+                    ("Idempotency-Key", key.as_str()),
+                    ("Content-Type", content_type),
+                ],
+                &body,
+            );
+            assert_eq!(created.status, 201, "{content_type:?}: {}", created.body);
+        }
+        assert_eq!(app.order_count(), 3);
+    }
+
+    /// A body with a content coding other than `identity` is refused `415
+    /// UNSUPPORTED_MEDIA_TYPE` (the service decodes none), before it is
+    /// read: nothing is recorded and the key stays free. `identity` is
+    /// taken. Before, the coding was ignored and the bytes read as they came
+    /// (a gzip body was `400 MALFORMED_JSON`, a JSON one labelled gzip `201`).
+    fn a_content_coded_body_is_refused_415_and_its_key_stays_free(backend) {
+        let app = TestApp::spawn(backend);
+        let auth = format!("Bearer {}", app.token);
+        let body = order_body("Widget", 1, "1.00");
+        let post = |coding: &str| {
+            post_as(
+                &app,
+                &[
+                    ("Authorization", auth.as_str()),
+                    ("Idempotency-Key", "coded"),
+                    ("Content-Type", "application/json"),
+                    ("Content-Encoding", coding),
+                ],
+                &body,
+            )
+        };
+
+        for coding in ["gzip", "br", "identity, deflate"] {
+            let refused = post(coding);
+            assert_problem(&refused, 415, "UNSUPPORTED_MEDIA_TYPE");
+            let detail = refused.json()["detail"].as_str().unwrap_or_default().to_owned();
+            assert!(detail.contains("Content-Encoding"), "{detail}");
+        }
+        assert_eq!((app.order_count(), app.ledger_count()), (0, 0), "nothing recorded");
+        let identity = post("identity");
+        assert_eq!(identity.status, 201, "the key is free: {}", identity.body);
+    }
+
     fn authentication_is_checked_before_the_key_the_media_type_and_the_body(backend) {
         let app = TestApp::spawn(backend);
 

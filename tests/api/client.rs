@@ -493,6 +493,48 @@ fn client_commands_say_in_one_line_what_is_wrong_and_queue_nothing() {
     );
 }
 
+/// A `--server` (or `ORDERS_API_URL`) with a query, a fragment or a dot
+/// segment was taken as it was: the operation's path landed in the query or
+/// fragment, or a URL parser moved it elsewhere, and whatever answered there
+/// failed the operation for good. It is refused in one line now, before the
+/// outbox is even opened.
+#[test]
+fn a_server_url_with_a_query_a_fragment_or_dot_segments_is_refused_before_anything_is_queued() {
+    let file = TempOutbox::new();
+    let outbox = ("ORDERS_OUTBOX", file.path.as_os_str());
+    let token = ("ORDERS_API_TOKEN", std::ffi::OsStr::new("oa_x"));
+    let create = ["create", "--item", "W", "--quantity", "1", "--price", "1"];
+    for (server, says) in [
+        ("http://127.0.0.1:9/?tenant=a", "it has a query"),
+        ("http://127.0.0.1:9?", "it has a query"),
+        ("http://127.0.0.1:9/#top", "it has a fragment"),
+        ("http://127.0.0.1:9/api/../admin", "it has a dot segment"),
+        ("http://127.0.0.1:9/./api", "it has a dot segment"),
+        ("http://127.0.0.1:9/%2e%2e/api", "it has a dot segment"),
+    ] {
+        let by_env = bare_client(
+            &create,
+            &[
+                outbox,
+                token,
+                ("ORDERS_API_URL", std::ffi::OsStr::new(server)),
+            ],
+        );
+        let by_flag = bare_client(
+            &[&create[..], &["--server", server]].concat(),
+            &[outbox, token],
+        );
+        for output in [by_env, by_flag] {
+            let line = text(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{server}: {line}");
+            assert_eq!(line.trim().lines().count(), 1, "{server}: {line}");
+            assert!(line.contains(says), "{server}: {line}");
+            assert!(text(&output.stdout).is_empty(), "{server}: nothing queued");
+        }
+        assert!(!file.path.exists(), "{server}: the outbox was created");
+    }
+}
+
 #[test]
 fn the_outbox_lives_in_the_users_data_directory_unless_named() {
     let home = std::env::temp_dir().join(format!("orders-home-{}", uuid::Uuid::now_v7().simple()));

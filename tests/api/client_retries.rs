@@ -109,6 +109,45 @@ both_backends! {
         assert_eq!(app.order_count(), 1);
     }
 
+    /// A `Retry-After` longer than the backoff ceiling was cut to it (10 s
+    /// at most), so the retry came before the server asked. It is honoured
+    /// now (up to 5 minutes): the operation is due no sooner, a drain that
+    /// ends before then does not send it again, and `sync` stops at its
+    /// `--max-wait` saying when the next try is due.
+    fn a_retry_after_longer_than_the_backoff_is_honoured_and_a_sync_waits_for_it_only_within_its_max_wait(backend) {
+        let app = TestApp::spawn(backend);
+        let front = Proxy::scripted(&app.address, vec![
+            problem("503 Service Unavailable", "SERVICE_UNAVAILABLE", Some(60)),
+        ]);
+        let file = TempOutbox::new();
+        let mut outbox = Outbox::open(&file.path).unwrap();
+        let id = create(&mut outbox, 1);
+        let before = orders_client::outbox::now_millis();
+
+        assert_eq!(drain(&mut outbox, &front.address, &app.token, Duration::from_secs(3)), 1);
+
+        let op = outbox.get(id).unwrap();
+        assert_eq!((op.state, op.attempts), (State::Pending, 1), "{op:?}");
+        assert!(op.next_attempt_at >= before + 60_000, "due after the server's 60 s, not before: {op:?}");
+        assert_eq!(front.keys().len(), 1, "not sent again within the drain");
+
+        let sync = std::process::Command::new(env!("CARGO_BIN_EXE_orders-api"))
+            .args(["client", "sync", "--max-wait", "1"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("ORDERS_OUTBOX", &file.path)
+            .env("ORDERS_API_URL", &front.address)
+            .env("ORDERS_API_TOKEN", &app.token)
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&sync.stderr);
+        assert!(!sync.status.success(), "{line}");
+        assert_eq!(line.trim().lines().count(), 1, "{line}");
+        assert!(line.contains("1 operation(s) still pending after 1s") && line.contains("next try in"), "{line}");
+        assert_eq!(front.keys().len(), 1, "sync waited for the Retry-After, within its --max-wait");
+        assert_eq!(app.order_count(), 0);
+    }
+
     fn the_client_stops_on_a_refused_token_and_keeps_the_operation_pending(backend) {
         let app = TestApp::spawn(backend);
         let file = TempOutbox::new();

@@ -72,6 +72,46 @@ fn concrete(path: &str, id: &str) -> String {
 }
 
 both_backends! {
+    /// RFC 9110: every `GET` route answers `HEAD` as it answers `GET`, the
+    /// same status and headers, without a body — with a token and without,
+    /// for a missing order too — and the document lists each `HEAD`.
+    /// Before, `HEAD` was `405` on every route.
+    fn every_get_route_answers_head_like_get_without_a_body(backend) {
+        let app = TestApp::spawn(backend);
+        let created = app.post_order(Some("for-head"), &order_body("Widget", 1, "1.00"));
+        let order = created.header("Location").expect("Location").to_owned();
+        let id = order.rsplit('/').next().expect("an id").to_owned();
+        let doc = document(&app);
+        let auth = format!("Bearer {}", app.token);
+
+        let gets: Vec<&str> = ENDPOINTS.iter().filter(|e| e.method == "GET").map(|e| e.path).collect();
+        assert!(gets.len() >= 6, "{gets:?}");
+        for path in gets {
+            assert!(doc["paths"][path]["head"].is_object(), "HEAD {path} is not documented");
+            let path = concrete(path, &id);
+            let missing = concrete(path.as_str(), "0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b");
+            for (target, headers) in [
+                (&path, vec![("Authorization", auth.as_str())]),
+                (&path, vec![]),
+                (&missing, vec![("Authorization", auth.as_str())]),
+            ] {
+                let get = app.request("GET", target, &headers, None);
+                let head = app.request("HEAD", target, &headers, None);
+                assert_eq!(head.status, get.status, "HEAD {target}: {}", get.body);
+                assert_eq!(head.body, "", "HEAD {target} has no body");
+                assert_eq!(head.header("Content-Type"), get.header("Content-Type"), "HEAD {target}");
+                if target.as_str() != "/metrics" {
+                    assert_eq!(
+                        head.header("Content-Length"),
+                        Some(get.body.len().to_string().as_str()),
+                        "HEAD {target} says how long the GET's body is"
+                    );
+                }
+            }
+        }
+        assert_eq!(app.order_count(), 1);
+    }
+
     fn the_document_is_openapi_3_json_served_without_a_token(backend) {
         let app = TestApp::spawn(backend);
 
@@ -256,6 +296,11 @@ both_backends! {
         for (method, path, op) in operations(&doc) {
             for (status, response) in op["responses"].as_object().expect("responses") {
                 if status.starts_with('2') {
+                    continue;
+                }
+                if method == "head" {
+                    // The `GET`'s answers, without a body.
+                    assert!(response["content"].is_null(), "{method} {path} {status} has a body");
                     continue;
                 }
                 let schema = &response["content"]["application/problem+json"]["schema"]["$ref"];

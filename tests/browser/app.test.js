@@ -8,7 +8,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  BACKEND, launchBrowser, outboxOf, queueOrder, screenshot, setUp, waitForAll,
+  BACKEND, launchBrowser, outboxOf, queueOrder, screenshot, setUp, submitQuickly, waitForAll,
 } from './harness.js';
 
 const TEST = { timeout: 180_000 };
@@ -313,6 +313,58 @@ test(`${BACKEND}: two tabs draining at once send every operation once`, TEST, as
     assert.equal(keys.size, 6);
     for (const [key, sends] of keys) assert.deepEqual(sends.map((e) => e.status), [201], `key ${key} sent exactly once`);
   });
+});
+
+/**
+ * Two tabs each submit orders as fast as a script can (three in one tick,
+ * then three each typed while the one before is being stored); `online`
+ * says whether the browser is online meanwhile. Each order must be queued
+ * once, under a key of its own, sent exactly once, and made once.
+ */
+async function quickSubmits(t, online) {
+  const a = await t.open('tab a');
+  const b = await t.open('tab b');
+  if (!online) {
+    await t.context.setOffline(true);
+    await a.waitForSelector('#network[data-online="false"]');
+    await b.waitForSelector('#network[data-online="false"]');
+  }
+  const orders = (tab) => ({
+    burst: [1, 2, 3].map((i) => ({ item: `${tab} burst ${i}`, quantity: i, price: `${i}.25` })),
+    typed: [1, 2, 3].map((i) => ({ item: `${tab} typed ${i}`, quantity: i, price: `${i}.50` })),
+  });
+  const [mine, theirs] = [orders('a'), orders('b')];
+  const items = [mine, theirs].flatMap((o) => [...o.burst, ...o.typed].map((order) => order.item));
+  const [fromA, fromB] = await Promise.all([submitQuickly(a, mine), submitQuickly(b, theirs)]);
+  assert.deepEqual([...fromA, ...fromB].sort(), [...items].sort(), 'every order typed was submitted with its own item');
+
+  const wanted = online ? 'done' : 'queued';
+  await waitForAll(a, items.length, wanted, 30_000).catch(() => {});
+  const ops = await outboxOf(a);
+  const queued = ops.map((op) => /create (.+?) × /.exec(op.text)?.[1] ?? op.text);
+  assert.deepEqual([...queued].sort(), [...items].sort(), `each order queued once: ${JSON.stringify(ops.map((o) => o.text))}`);
+  assert.equal(new Set(ops.map((op) => op.key)).size, items.length, 'a key of its own for each');
+  if (!online) {
+    assert.equal(t.proxy.mutations().length, 0, 'nothing is sent while offline');
+    await t.context.setOffline(false);
+  }
+  await waitForAll(a, items.length, 'done');
+  await waitForAll(b, items.length, 'done');
+
+  const { orders: made } = await t.server.orders(t.token);
+  exactlyOnce(made, items);
+  assert.deepEqual(t.proxy.overlaps, [], 'no key was in flight twice at once');
+  const keys = byKey(t.proxy);
+  assert.equal(keys.size, items.length, 'every operation was sent under its own key, and no other key was sent');
+  for (const [key, sends] of keys) assert.deepEqual(sends.map((e) => e.status), [201], `key ${key} sent exactly once`);
+}
+
+test(`${BACKEND}: orders submitted one right after another offline, in two tabs, are each queued once and created exactly once`, TEST, async () => {
+  await withSetUp((t) => quickSubmits(t, false));
+});
+
+test(`${BACKEND}: orders submitted one right after another online, in two tabs, are each queued once and sent exactly once`, TEST, async () => {
+  await withSetUp((t) => quickSubmits(t, true));
 });
 
 test(`${BACKEND}: an update queued behind its offline create is applied to the order that create made`, TEST, async () => {

@@ -366,3 +366,52 @@ export async function screenshot(page, name) {
   if (!SCREENSHOTS) return;
   await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`), fullPage: true });
 }
+
+/**
+ * Submits `orders` through the form as fast as a script can, in the page
+ * itself: `burst` are each typed and submitted in one tick, one right after
+ * another; then each of `typed` is typed the moment the order before it was
+ * submitted (while the page is still storing that one) and submitted as soon
+ * as the page shows the one before it in its outbox. Resolves with the items
+ * the form let through (a submit the browser's own validation stopped, an
+ * emptied required field, is not among them) once the outbox shows each of
+ * them, or after 15 s.
+ */
+export function submitQuickly(page, { burst = [], typed = [] }) {
+  return page.evaluate(async ({ burst, typed }) => {
+    const form = document.querySelector('#order-form');
+    const field = (name) => form.elements.namedItem(name);
+    const type = ({ item, quantity, price }) => {
+      field('item').value = item;
+      field('quantity').value = String(quantity);
+      field('price').value = String(price);
+    };
+    const submitted = [];
+    const note = () => submitted.push(field('item').value);
+    form.addEventListener('submit', note, { capture: true });
+    const shown = (item) => [...document.querySelectorAll('[data-op-kind="create"] .op-what')]
+      .some((node) => node.textContent.startsWith(`create ${item} ×`));
+    const deadline = Date.now() + 15_000;
+    const turn = () => new Promise((resolve) => { setTimeout(resolve, 0); });
+    const allShown = async () => {
+      while (!submitted.every(shown) && Date.now() < deadline) await turn();
+    };
+    try {
+      for (const order of burst) { type(order); form.requestSubmit(); }
+      if (typed.length > 0) type(typed[0]);
+      for (let i = 0; i < typed.length; i += 1) {
+        form.requestSubmit();
+        if (i + 1 < typed.length) {
+          // The next order is typed while this one is being stored, and
+          // submitted as soon as this one is in the outbox.
+          type(typed[i + 1]);
+          await allShown();
+        }
+      }
+      await allShown();
+      return submitted;
+    } finally {
+      form.removeEventListener('submit', note, { capture: true });
+    }
+  }, { burst, typed });
+}

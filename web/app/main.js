@@ -148,20 +148,33 @@ async function draw() {
 
 // ---- actions -------------------------------------------------------------
 
-async function queue(kind, target, body, summary, fields) {
+/**
+ * Queues an operation. Everything it sends (the owner, the body's text) is
+ * read and checked here, before anything is awaited, so that the caller can
+ * clear its form in the same tick: an operation submitted right after this
+ * one is never read from, or wiped by, what this one awaits. `null` when
+ * the page refused it (no token, or a field the body cannot carry; the
+ * reason is shown), else the promise of the stored operation.
+ */
+function queue(kind, target, body, summary, fields) {
   const error = $('#order-error');
   error.textContent = '';
-  if (!state.owner) { error.textContent = 'Enter a token first.'; return null; }
+  const owner = state.owner;
+  if (!owner) { error.textContent = 'Enter a token first.'; return null; }
   let text;
   try { text = body(); } catch (e) {
     if (e instanceof InputError) { error.textContent = e.message; return null; }
     throw e;
   }
-  const op = await outbox.enqueue(state.owner, { kind, target, body: text, summary, fields });
-  channel?.postMessage('changed');
-  await render();
-  drainer.drain();
-  return op;
+  const stored = (async () => {
+    const op = await outbox.enqueue(owner, { kind, target, body: text, summary, fields });
+    channel?.postMessage('changed');
+    await render();
+    drainer.drain();
+    return op;
+  })();
+  stored.catch((e) => { error.textContent = `not queued: ${e.message}`; });
+  return stored;
 }
 
 let refreshing = null;
@@ -207,7 +220,7 @@ $('#token-form').addEventListener('submit', (event) => {
 });
 $('#forget-token').addEventListener('click', () => useToken(null));
 
-$('#order-form').addEventListener('submit', async (event) => {
+$('#order-form').addEventListener('submit', (event) => {
   event.preventDefault();
   const form = event.target;
   const field = (name) => form.elements.namedItem(name);
@@ -216,8 +229,15 @@ $('#order-form').addEventListener('submit', async (event) => {
     quantity: field('quantity').value.trim(),
     price: field('price').value.trim(),
   };
-  const op = await queue('create', null, () => createBody(fields), `${fields.item} × ${fields.quantity} at ${fields.price}`, fields);
-  if (op) { field('item').value = ''; field('item').focus(); }
+  const stored = queue('create', null, () => createBody(fields), `${fields.item} × ${fields.quantity} at ${fields.price}`, fields);
+  if (!stored) return;
+  // Cleared in the tick it was read in, before anything is awaited: the
+  // next order can be typed and submitted at once, and is its own.
+  field('item').value = '';
+  field('item').focus();
+  // Not stored after all (IndexedDB refused it): the item comes back when
+  // the field is still empty.
+  stored.catch(() => { if (field('item').value === '') field('item').value = fields.item; });
 });
 
 $('#sync-now').addEventListener('click', () => { drainer.drain({ force: true }); refreshOrders(); });

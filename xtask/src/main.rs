@@ -208,7 +208,7 @@ fn completion(shell: Shell) -> Result<Vec<u8>, String> {
 /// environment variable, in the order `--help` lists them), its help and
 /// its default, commented out, but `DATABASE_URL`, which the package points
 /// at the state directory; then the two variables only the environment
-/// sets (`RUST_LOG`, `LOG_FORMAT`: see `orders_api::telemetry::init_logging`).
+/// sets (`RUST_LOG`, `LOG_FORMAT`: see `orders_api::telemetry::LogFormat`).
 fn settings_file() -> String {
     let mut text = format!(
         "# {SETTINGS_FILE}: the settings of the orders-api service, read by its\n\
@@ -266,7 +266,8 @@ fn settings_file() -> String {
          # such as `orders_api=debug,info`.\n\
          #RUST_LOG=info\n\
          \n\
-         # `json` for one JSON object per log line; anything else: text.\n\
+         # `text`, or `json` for one JSON object per log line (any case; empty:\n\
+         # text). Any other value is refused at startup, in one line.\n\
          #LOG_FORMAT=text\n",
     );
     text

@@ -115,7 +115,7 @@ use crate::inflight::{Entered, Running};
 use crate::ledger::{Completion, LedgerError, LedgerRequest, LedgerTx, Outcome, unreplayable};
 use crate::response::Unreplayable;
 use crate::row::Row;
-use crate::work::{Abort, Work};
+use crate::work::{Abort, Change, Insert, Work};
 
 /// What the protocol asks of a database: find the entry, run a unit, and
 /// inside a unit try the key's lock and record. Each backend implements it
@@ -210,8 +210,7 @@ impl<S: Storage> Ledger<S> {
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.run(request, move || crate::work::Change(mutation))
-            .await
+        self.run(request, move || Change(mutation)).await
     }
 
     /// [`Ledger::execute`] for a change that is inserting one row: `make`
@@ -231,10 +230,11 @@ impl<S: Storage> Ledger<S> {
         F: FnOnce(&mut LedgerTx<'_, '_>) -> Result<Completion, E> + Send + 'static,
         E: Send + 'static,
     {
-        self.run(request, move || crate::work::Insert::new(make(), found))
-            .await
+        self.run(request, move || Insert::new(make(), found)).await
     }
 
+    /// The steps, in order; `build` makes the change once the read found
+    /// no entry (a replay or a refusal never builds it).
     async fn run<E: Send + 'static, W: Work<E>>(
         &self,
         request: LedgerRequest<'_>,

@@ -14,12 +14,15 @@ use super::stored::{Operation, State, Target};
 /// `orders-api client [--server URL] [--token TOKEN] [--outbox PATH] COMMAND`
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// The server operations are sent to.
+    /// The server operations are sent to: http(s)://HOST, with a :PORT and a
+    /// /PATH if any (each operation's path, /v1/orders…, is appended to it);
+    /// no query, fragment or dot segments.
     #[arg(
         long = "server",
         env = "ORDERS_API_URL",
         default_value = "http://127.0.0.1:8080",
-        global = true
+        global = true,
+        value_parser = server_url
     )]
     pub server: String,
 
@@ -118,6 +121,70 @@ pub(crate) fn json_number(raw: &str) -> Result<serde_json::Number, String> {
     raw.trim()
         .parse()
         .map_err(|_| format!("'{raw}' is not a number"))
+}
+
+/// `--server` / `ORDERS_API_URL`: `http(s)://HOST[:PORT][/PATH]`, the base
+/// each operation's path (`/v1/orders…`) is appended to, kept as typed (a
+/// trailing `/` dropped, the scheme lowercased). Refused in one line, since the operation would go
+/// to another URL than the one written and be failed for good by whatever
+/// answers there: another scheme, no host, user information, a query or a
+/// fragment (the operation's path would land in it), a dot segment (`.`,
+/// `..`, also written `%2e`, which URL parsers remove), and a path that a
+/// WHATWG URL parser would rewrite or that the request's URI cannot carry.
+pub fn server_url(raw: &str) -> Result<String, String> {
+    let typed = raw.trim();
+    let refuse = |why: &str| {
+        format!(
+            "{typed:?} is not a server URL ({why}): expected http(s)://HOST[:PORT][/PATH], \
+             with no query, fragment or dot segments"
+        )
+    };
+    let Some((scheme, rest)) = typed.split_once("://") else {
+        return Err(refuse("no scheme"));
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(refuse("the scheme is not http or https"));
+    }
+    if typed.contains('?') {
+        return Err(refuse("it has a query"));
+    }
+    if typed.contains('#') {
+        return Err(refuse("it has a fragment"));
+    }
+    let path = rest.find(['/', '\\']).map_or("", |start| &rest[start..]);
+    if path.split(['/', '\\']).any(is_dot_segment) {
+        return Err(refuse("it has a dot segment"));
+    }
+    let url = url::Url::parse(typed).map_err(|e| refuse(&e.to_string()))?;
+    if url.host().is_none() {
+        return Err(refuse("no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse("it has a user; the token goes in --token"));
+    }
+    let path = path.trim_end_matches('/');
+    if url.path().trim_end_matches('/') != path {
+        return Err(refuse("its path would not be sent as written"));
+    }
+    // The scheme as the request is built with it: lowercase.
+    let base = format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        rest.trim_end_matches('/')
+    );
+    if format!("{base}/v1/orders")
+        .parse::<ureq::http::Uri>()
+        .is_err()
+    {
+        return Err(refuse("a request cannot carry it"));
+    }
+    Ok(base)
+}
+
+/// `.` or `..`, any of its dots written `%2e` (as URL parsers read them).
+pub(crate) fn is_dot_segment(segment: &str) -> bool {
+    let dots = segment.to_ascii_lowercase().replace("%2e", ".");
+    dots == "." || dots == ".."
 }
 
 /// The outbox when none is named: in the user's data directory (XDG).
@@ -245,10 +312,17 @@ fn sync(outbox: &mut Outbox, server: Server, max_wait: u64) -> Result<(), Client
         return Err(ClientError::StillPending {
             pending: drained.pending,
             waited: max_wait,
-            last: drained
-                .last_error
-                .map(|l| format!(" (last: {l})"))
-                .unwrap_or_default(),
+            last: match (drained.last_error, drained.next_due_in) {
+                (Some(last), Some(next)) => format!(
+                    " (last: {last}; next try in {} s)",
+                    next.as_millis().div_ceil(1000)
+                ),
+                (Some(last), None) => format!(" (last: {last})"),
+                (None, Some(next)) => {
+                    format!(" (next try in {} s)", next.as_millis().div_ceil(1000))
+                }
+                (None, None) => String::new(),
+            },
         });
     }
     Ok(())
@@ -400,5 +474,40 @@ mod tests {
             .is_err()
         );
         assert!(Cli::try_parse_from(["client", "cancel", "op:x"]).is_err());
+    }
+
+    #[test]
+    fn a_server_url_with_a_query_a_fragment_or_dot_segments_is_refused_in_one_line() {
+        for (raw, why) in [
+            ("http://h:1/?a=1", "query"),
+            ("http://h:1?", "query"),
+            ("http://h:1/#x", "fragment"),
+            ("http://h:1#", "fragment"),
+            ("http://h:1/a/../b", "dot segment"),
+            ("http://h:1/..", "dot segment"),
+            ("http://h:1/./a", "dot segment"),
+            ("http://h:1/%2e%2E/a", "dot segment"),
+            ("http://h:1/.%2e", "dot segment"),
+            ("http://h:1\\..\\a", "dot segment"),
+            ("http://u:p@h:1", "user"),
+            ("ftp://h", "scheme"),
+            ("h:1", "scheme"),
+            ("http://", "host"),
+            ("http://h:99999", "port"),
+            ("http://h:1/a b", "as written"),
+            ("http://h:1/a\\b", "as written"),
+        ] {
+            let err = server_url(raw).unwrap_err();
+            assert!(err.contains(why) && !err.contains('\n'), "{raw}: {err}");
+        }
+        for (raw, base) in [
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+            ("https://orders.example/api/", "https://orders.example/api"),
+            (" http://h:1/a/b ", "http://h:1/a/b"),
+            ("http://h:1/a.b/..c/...", "http://h:1/a.b/..c/..."),
+            ("HTTPS://H:1/A", "https://H:1/A"),
+        ] {
+            assert_eq!(server_url(raw).as_deref(), Ok(base), "{raw}");
+        }
     }
 }

@@ -21,9 +21,16 @@ pub struct Server {
     pub connect_timeout: Duration,
     /// The backoff ceiling of the first retry, doubled for each one after.
     pub base_delay: Duration,
-    /// No wait is longer, `Retry-After` included.
+    /// No backoff is longer. A `Retry-After` is honoured beyond it, up to
+    /// [`MAX_RETRY_AFTER`].
     pub max_delay: Duration,
 }
+
+/// The longest `Retry-After` honoured (as the browser client does): a
+/// longer one is waited for this long, so that an operation is never put
+/// off for good by one answer. A `sync` waits for it only within its
+/// `--max-wait`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 impl Server {
     pub fn new(base_url: &str, token: &str) -> Self {
@@ -97,6 +104,9 @@ pub struct Drained {
     pub pending: i64,
     /// The last reason an operation was put back, if any.
     pub last_error: Option<String>,
+    /// How long until the next pending operation is due (a backoff or a
+    /// `Retry-After` running past the drain's end), when it is not due yet.
+    pub next_due_in: Option<Duration>,
 }
 
 /// Sends operations from one outbox to one server.
@@ -155,10 +165,11 @@ impl<'a> Sender<'a> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if sent && left.is_zero() {
-                let (pending, _) = self.outbox.pending()?;
+                let (pending, due) = self.outbox.pending()?;
                 return Ok(Drained {
                     pending,
                     last_error,
+                    next_due_in: due_in(due),
                 });
             }
             if let Some(claimed) = self.outbox.claim(&self.drainer, None)? {
@@ -179,6 +190,7 @@ impl<'a> Sender<'a> {
                 return Ok(Drained {
                     pending,
                     last_error,
+                    next_due_in: due_in(due).filter(|_| pending > 0),
                 });
             }
             // Wait for the next operation to be due (or for another
@@ -223,13 +235,12 @@ impl<'a> Sender<'a> {
 
     /// One request. Connection errors, timeouts, `5xx`, `429` and
     /// `409 IDEMPOTENCY_IN_PROGRESS` come back as a retry after a full-jitter
-    /// backoff, at least the answer's `Retry-After`.
+    /// backoff, and at least the answer's `Retry-After` (up to
+    /// [`MAX_RETRY_AFTER`]).
     fn send(&self, claimed: &Claimed, timeout: Duration) -> Result<Outcome, SendError> {
         let retry = |reason: String, at_least: Duration| Outcome::Retry {
             reason,
-            after: backoff(&self.server, claimed.attempts)
-                .max(at_least)
-                .min(self.server.max_delay),
+            after: backoff(&self.server, claimed.attempts).max(at_least),
         };
         let url = format!("{}{}", self.server.base_url, claimed.path);
         let mut request = ureq::http::Request::builder()
@@ -264,8 +275,7 @@ impl<'a> Sender<'a> {
             .headers()
             .get("Retry-After")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs)
+            .map(retry_after)
             .unwrap_or_default();
         let body = match response.body_mut().read_to_string() {
             Ok(body) => body,
@@ -287,6 +297,36 @@ impl<'a> Sender<'a> {
             _ => Outcome::Answered { status, body },
         })
     }
+}
+
+/// How long until `due` (milliseconds since the epoch), when it is ahead.
+fn due_in(due: Option<i64>) -> Option<Duration> {
+    let ahead = due?.checked_sub(now_millis()).filter(|ms| *ms > 0)?;
+    Some(Duration::from_millis(u64::try_from(ahead).ok()?))
+}
+
+/// A `Retry-After` (RFC 9110): delta-seconds (what the server sends) or an
+/// HTTP date, as a wait from now, up to [`MAX_RETRY_AFTER`]; zero when it is
+/// neither, or a date already past.
+pub fn retry_after(value: &str) -> Duration {
+    retry_after_at(value, std::time::SystemTime::now())
+}
+
+/// [`retry_after`] as read at `now`.
+pub fn retry_after_at(value: &str, now: std::time::SystemTime) -> Duration {
+    let value = value.trim();
+    let wait = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits: only too many of them can fail, and that is past the cap.
+        value
+            .parse::<u64>()
+            .map_or(MAX_RETRY_AFTER, Duration::from_secs)
+    } else {
+        httpdate::parse_http_date(value)
+            .ok()
+            .and_then(|at| at.duration_since(now).ok())
+            .unwrap_or_default()
+    };
+    wait.min(MAX_RETRY_AFTER)
 }
 
 /// Full jitter: a random wait in `0 ..= min(max_delay, base_delay × 2^(attempt-1))`.
@@ -314,6 +354,38 @@ mod tests {
                 .saturating_mul(2u32.saturating_pow(attempt - 1))
                 .min(server.max_delay);
             assert!(backoff(&server, attempt) <= ceiling);
+        }
+    }
+
+    #[test]
+    fn a_retry_after_is_honoured_up_to_five_minutes() {
+        for (value, wait) in [
+            ("0", 0),
+            ("20", 20),
+            (" 120 ", 120),
+            ("300", 300),
+            ("301", 300),
+            ("99999999999999999999999", 300),
+            ("", 0),
+            ("-5", 0),
+            ("+5", 0),
+            ("1.5", 0),
+            ("Wed, 21 Oct 2015 07:28:00 GMT", 0),
+        ] {
+            assert_eq!(retry_after(value), Duration::from_secs(wait), "{value:?}");
+        }
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        for (date, wait) in [
+            ("Wed, 21 Oct 2015 07:28:20 GMT", 20),
+            ("Wed, 21 Oct 2015 08:28:00 GMT", 300),
+            ("Wed, 21 Oct 2015 07:27:00 GMT", 0),
+            ("Wednesday, 21-Oct-15 07:28:30 GMT", 30),
+        ] {
+            assert_eq!(
+                retry_after_at(date, now),
+                Duration::from_secs(wait),
+                "{date}"
+            );
         }
     }
 }

@@ -15,7 +15,8 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
-use crate::command::json_number;
+use crate::command::{json_number, server_url};
+use crate::drain::{MAX_RETRY_AFTER, retry_after_at};
 use crate::stored::{OF_TARGET, ORDERS, Operation, OrderId, Row, Target, answered_order};
 
 /// The reference reading of an order id: its 128 bits, when `raw` is 32 hex
@@ -321,12 +322,111 @@ pub fn check_row(text: &str) {
     }
 }
 
-/// `client_args`: any text as an order id, a target and a number flag.
+/// Whether `segment` is `.` or `..`, each dot written `.` or `%2e` in
+/// either case: read byte by byte.
+fn reference_dot_segment(segment: &[u8]) -> bool {
+    let (mut dots, mut at) = (0, 0);
+    while at < segment.len() {
+        if segment[at] == b'.' {
+            at += 1;
+        } else if segment.len() >= at + 3
+            && segment[at] == b'%'
+            && segment[at + 1] == b'2'
+            && matches!(segment[at + 2], b'e' | b'E')
+        {
+            at += 3;
+        } else {
+            return false;
+        }
+        dots += 1;
+    }
+    dots == 1 || dots == 2
+}
+
+/// A server URL with a query, a fragment or a dot segment is refused. One
+/// that is accepted is the text typed (around it, whitespace dropped; a
+/// trailing `/` dropped; the scheme lowercased), `http` or `https` with a
+/// host; and a request to it goes exactly where it was written: its URI
+/// (what the request is built from) has no query and its path is the typed
+/// path followed by the operation's, which a WHATWG URL parser reads alike.
+/// A refusal is one line.
+pub fn check_server_url(raw: &str) {
+    let typed = raw.trim();
+    let accepted = server_url(raw);
+    let after_scheme = typed.find("://").map_or("", |at| &typed[at + 3..]);
+    let path = after_scheme
+        .find(['/', '\\'])
+        .map_or("", |at| &after_scheme[at..]);
+    if typed.contains(['?', '#'])
+        || path
+            .split(['/', '\\'])
+            .any(|s| reference_dot_segment(s.as_bytes()))
+    {
+        assert!(accepted.is_err(), "{raw:?} accepted as {accepted:?}");
+    }
+    let base = match accepted {
+        Err(why) => {
+            assert!(!why.contains('\n'), "{raw:?}: {why}");
+            return;
+        }
+        Ok(base) => base,
+    };
+    let (scheme, rest) = typed.split_once("://").unwrap();
+    assert!(["http", "https"].contains(&scheme.to_ascii_lowercase().as_str()));
+    assert_eq!(
+        base,
+        format!(
+            "{}://{}",
+            scheme.to_ascii_lowercase(),
+            rest.trim_end_matches('/')
+        ),
+        "{raw:?}"
+    );
+    let operation = "/v1/orders/0193a5b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b";
+    let request = format!("{base}{operation}");
+    let uri: ureq::http::Uri = request.parse().unwrap();
+    assert_eq!(uri.query(), None, "{raw:?}");
+    let url = url::Url::parse(&request).unwrap();
+    assert!(url.host().is_some() && url.query().is_none() && url.fragment().is_none());
+    let written = format!("{}{operation}", path.trim_end_matches('/'));
+    assert_eq!(uri.path(), written, "{raw:?}");
+    assert_eq!(url.path(), written, "{raw:?}");
+}
+
+/// A `Retry-After` is never waited for longer than [`MAX_RETRY_AFTER`];
+/// delta-seconds (digits alone, around them whitespace) are that many
+/// seconds up to it (compared as digit strings), and any other text but an
+/// HTTP date is no wait at all.
+pub fn check_retry_after(value: &str) {
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_764_892_800);
+    let wait = retry_after_at(value, now);
+    assert!(wait <= MAX_RETRY_AFTER, "{value:?}: {wait:?}");
+    let digits = value.trim();
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let significant = digits.trim_start_matches('0');
+        let cap = MAX_RETRY_AFTER.as_secs().to_string();
+        let expected = if significant.len() > cap.len()
+            || (significant.len() == cap.len() && *significant > *cap)
+        {
+            MAX_RETRY_AFTER.as_secs()
+        } else {
+            significant.parse().unwrap_or(0)
+        };
+        assert_eq!(wait.as_secs(), expected, "{value:?}");
+    } else if !value.contains("GMT") {
+        assert_eq!(wait, std::time::Duration::ZERO, "{value:?}");
+    }
+}
+
+/// `client_args`: any text as an order id, a target, a number flag, a
+/// server URL and a `Retry-After`.
 pub fn check_client_args(bytes: &[u8]) {
     if let Ok(text) = std::str::from_utf8(bytes) {
         check_order_id(text);
         check_target(text);
         check_json_number(text);
+        check_server_url(text);
+        check_retry_after(text);
     }
 }
 

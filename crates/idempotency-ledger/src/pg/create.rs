@@ -16,9 +16,9 @@ use diesel::sql_types::BigInt;
 
 use super::lock::lock_id;
 use super::session::{PgManager, checked_out, drop_if_lost};
-use crate::conn::{Created, Failure, StorageError, answered_in_time};
+use super::wording::{Wording, recognise};
+use crate::conn::{Created, StorageError, answered_in_time};
 use crate::entry::NewEntry;
-use crate::failure::classify;
 use crate::row::{self, Row, Source};
 
 /// Runs the create for `row` with the entry `entry` makes.
@@ -66,7 +66,12 @@ pub(crate) async fn create<R: Row>(
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
             Ok(Created::Undecided)
         }
-        Err(e) if classify(&e) == Failure::LockTimeout => Ok(Created::InProgress),
+        // Our `lock_timeout`: another transaction holds a row of the key's.
+        Err(DieselError::DatabaseError(_, info))
+            if recognise(info.message()) == Some(Wording::LockTimeout) =>
+        {
+            Ok(Created::InProgress)
+        }
         Err(e) => Err(StorageError::Database(e)),
     }
 }
