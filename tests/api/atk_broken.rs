@@ -217,11 +217,9 @@ const CASES: &[(Breakage, &str, Judged)] = &[
     (
         Breakage::CoercesQuantity,
         "ATK-11",
-        // Each body under a key of its own: every coerced one is an order.
-        Judged::Exposed(
-            "quantity \"1\" or quantity 1.5 or quantity 1.0 or quantity 1e2 or quantity true or \
-             quantity null created 6 order(s): ",
-        ),
+        // Each body under a key of its own: every coerced one is an order,
+        // laid to the body that made it.
+        Judged::Exposed("quantity \"1\" created order "),
     ),
     (
         Breakage::FreshKeyPerRequest,
@@ -232,7 +230,7 @@ const CASES: &[(Breakage, &str, Judged)] = &[
         Breakage::OneKeyForAll,
         "EXT-03",
         Judged::Exposed(
-            "keys have no bound: keys of 8192 and 65536 characters were stored and replayed",
+            "keys have no bound: the target accepted and replayed 8 KiB and 64 KiB keys",
         ),
     ),
     (

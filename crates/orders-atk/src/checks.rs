@@ -197,7 +197,7 @@ pub const ATTACKS: &[Attack] = &[
         title: "key over 255 characters",
         sends: "keys of 255 and 256 characters; past an accepted 256, keys of 8 KiB and 64 KiB, each retried; the bound found by bisection",
         expects: "201 for 255; 400 and nothing created for 256",
-        exposed_if: "keys of 8 KiB and 64 KiB are both stored and replayed (no bound), a long key's retry creates another order, or a refused key creates one",
+        exposed_if: "keys of 8 KiB and 64 KiB are both accepted and replayed (no bound), a long key's retry creates another order, or a refused key creates one",
         needs: Needs::OneUser,
         tries: &[],
         check: ext_03,
@@ -281,6 +281,26 @@ fn nothing_created(p: &mut Probe<'_>, user: User, what: &str) -> Result<(), Cann
         ));
     }
     Ok(())
+}
+
+/// A retry (`what`) of the request that created order `id`, answered
+/// without an order: where it is refused (4xx), the client is told that a
+/// request which created an order failed. A deviation: the contract replays
+/// it, and the order exists once, so the attack achieved nothing.
+fn retry_not_replayed(p: &mut Probe<'_>, id: &str, what: &str, answer: &Response) {
+    if (400..500).contains(&answer.status) {
+        p.deviate(format!(
+            "{what} of the request that created order {id} was refused ({}) where the contract \
+             says a 200 replay: a client would think the order it created failed, and may send \
+             it again under a new key",
+            answer.brief()
+        ));
+    } else {
+        p.deviate(format!(
+            "{} where the contract says a 200 replay of order {id}: {what}",
+            answer.brief()
+        ));
+    }
 }
 
 /// The id of the order a create that must succeed (the control did) made.
@@ -598,7 +618,6 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
                  the contract says a 201, a replay or 409 in progress"
             ));
         }
-        judge_race(p, round, &responses, unanswered, race.overlapped);
         // What the round made is in the state, answered or not.
         let created = p.created(User::A)?;
         let this_round: Vec<String> = created
@@ -606,6 +625,14 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             .filter(|id| !before.contains(id))
             .cloned()
             .collect();
+        judge_race(
+            p,
+            round,
+            &responses,
+            unanswered,
+            race.overlapped,
+            &this_round,
+        );
         if this_round.len() > 1 {
             p.expose(format!(
                 "round {round}: {sent} concurrent requests with one key created {} orders: {}",
@@ -636,27 +663,41 @@ fn atk_05(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     Ok(())
 }
 
-/// One round of identical concurrent requests, as far as they were answered:
-/// this contract answers one 201 and replays it (200, marked by the replay
-/// header) or says 409 in progress to the others; anything else is a
-/// deviation (what was created is judged by the state). A creation is a
-/// 2xx without the replay header.
+/// One round of identical concurrent requests, as far as they were answered,
+/// and the orders the round made (by the state): this contract answers one
+/// 201 and replays it (200, marked by the replay header) or says 409 in
+/// progress to the others; anything else is a deviation. Creations are
+/// counted by the state; of the unmarked 2xx answers naming a new order, one
+/// per order is its creation's answer, the others replays without the
+/// replay header.
 fn judge_race(
     p: &mut Probe<'_>,
     round: usize,
     responses: &[Response],
     unanswered: usize,
     overlapped: bool,
+    made: &[String],
 ) {
     let header = p.shape().replay_header.clone();
-    let created: Vec<&Response> = responses
-        .iter()
-        .filter(|r| r.success() && !p.replayed(r))
-        .collect();
     let replays: Vec<&Response> = responses
         .iter()
         .filter(|r| r.success() && p.replayed(r))
         .collect();
+    // Unmarked 2xx answers: the first answer naming each new order (a 201
+    // first) is its creation's; the others returned it again.
+    let mut unmarked: Vec<&Response> = responses
+        .iter()
+        .filter(|r| r.success() && !p.replayed(r))
+        .collect();
+    unmarked.sort_by_key(|r| r.status != 201);
+    let (mut creations, mut unmarked_replays, mut unknown) = (Vec::new(), Vec::new(), 0);
+    for r in unmarked {
+        match p.id_in(r) {
+            Some(id) if creations.contains(&id) => unmarked_replays.push(id),
+            Some(id) if made.contains(&id) => creations.push(id),
+            _ => unknown += 1,
+        }
+    }
     let in_progress = responses.iter().filter(|r| r.status == 409).count();
     let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
     for r in responses {
@@ -669,19 +710,40 @@ fn judge_race(
         "no race was tried: each request was answered before the next was sent"
     };
     p.note(format!(
-        "round {round}: {} requests: {} created, {} replayed, {in_progress} in progress (409), \
-         {} other, {unanswered} without an answer ({}); {overlap}",
+        "round {round}: {} requests made {} new order(s) (by the state); answers: {} creation, \
+         {} replayed, {} replayed without `{header}`, {unknown} unmarked 2xx naming no new order, \
+         {in_progress} in progress (409), {} other, {unanswered} without an answer ({}); {overlap}",
         responses.len() + unanswered,
-        created.len(),
+        made.len(),
+        creations.len(),
         replays.len(),
-        responses.len() - created.len() - replays.len() - in_progress,
+        unmarked_replays.len(),
+        responses.len()
+            - creations.len()
+            - replays.len()
+            - unmarked_replays.len()
+            - unknown
+            - in_progress,
         statuses.join(", ")
     ));
-    if created.len() > 1 {
+    if !unmarked_replays.is_empty() {
+        let mut orders = unmarked_replays.clone();
+        orders.sort();
+        orders.dedup();
         p.deviate(format!(
-            "{} concurrent duplicates were answered as creations (2xx without `{header}: true`) \
-             where the contract says one 201 and replays (200 with `{header}: true`)",
-            created.len()
+            "round {round}: {} concurrent duplicates returned order {} again without `{header}: true`: replays \
+             without the replay header, which a client cannot tell from creations (the contract \
+             says 200 with `{header}: true`)",
+            unmarked_replays.len(),
+            orders.join(", ")
+        ));
+    }
+    if creations.len() + unknown > 1 {
+        p.deviate(format!(
+            "{} concurrent duplicates were answered as creations (2xx without `{header}: true`, \
+             each naming another order) where the contract says one 201 and replays (200 with \
+             `{header}: true`)",
+            creations.len() + unknown
         ));
     }
     let replayed_201 = replays.iter().filter(|r| r.status != 200).count();
@@ -732,7 +794,7 @@ fn refused_each(
     }
     application_refusals(p, &answers, status);
     let what: Vec<&str> = bodies.iter().map(|(w, _)| w.as_str()).collect();
-    nothing_created(p, User::A, &what.join(" or "))?;
+    created_by_each(p, &answers, &what)?;
     let by_layer = answers
         .iter()
         .filter(|(_, r)| r.as_ref().is_some_and(|r| p.layer_answer(r).is_some()))
@@ -744,6 +806,47 @@ fn refused_each(
             what.join(", ")
         )));
     }
+    Ok(())
+}
+
+/// Exposed when the bodies sent (each under a key of its own, with its
+/// answer) created orders: each order is laid to the body whose answer
+/// named it; one that no answer named is listed as such, with every body.
+fn created_by_each(
+    p: &mut Probe<'_>,
+    answers: &[(String, Option<Response>)],
+    every: &[&str],
+) -> Result<(), CannotJudge> {
+    let created = p.created(User::A)?;
+    if created.is_empty() {
+        return Ok(());
+    }
+    let mut laid = Vec::new();
+    let mut named = Vec::new();
+    for (what, response) in answers {
+        let id = response
+            .as_ref()
+            .filter(|r| r.success())
+            .and_then(|r| p.id_in(r))
+            .filter(|id| created.contains(id));
+        if let Some(id) = id {
+            laid.push(format!("{what} created order {id}"));
+            named.push(id);
+        }
+    }
+    let unnamed: Vec<&str> = created
+        .iter()
+        .filter(|id| !named.contains(id))
+        .map(String::as_str)
+        .collect();
+    if !unnamed.is_empty() {
+        laid.push(format!(
+            "order(s) {} appeared that no answer named (the bodies sent: {})",
+            unnamed.join(", "),
+            every.join(", ")
+        ));
+    }
+    p.expose(laid.join("; "));
     Ok(())
 }
 
@@ -931,10 +1034,7 @@ fn atk_12(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
                 .or_default()
                 .push(format!("{key:?}")),
             Some(_) => {}
-            None => p.deviate(format!(
-                "{} where the contract says a 200 replay of order {id}: the retry with the key {key:?}",
-                retry.brief()
-            )),
+            None => retry_not_replayed(p, &id, &format!("the retry with the key {key:?}"), &retry),
         }
     }
     for (status, keys) in not_replayed {
@@ -976,7 +1076,14 @@ fn ext_01(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
         Ok(again) => judge_own_retry(p, &a, &again),
         Err(_) => p.deviate("no answer where the contract says a 200 replay: user A's retry"),
     }
-    let created = p.created(User::A)?;
+    // Only what A's requests made: on a target that lists every order,
+    // A's listing shows B's order too (named by B's answer, not A's).
+    let (mine, bobs) = (p.named(User::A), p.named(User::B));
+    let created: Vec<String> = p
+        .created(User::A)?
+        .into_iter()
+        .filter(|id| mine.contains(id) || !bobs.contains(id))
+        .collect();
     if created.len() > 1 {
         p.expose(format!(
             "user A's key created {} orders for user A: {}",
@@ -1018,10 +1125,7 @@ fn judge_own_retry(p: &mut Probe<'_>, a: &str, again: &Response) {
             again.status
         )),
         Some(_) => {}
-        None => p.deviate(format!(
-            "{} where the contract says a 200 replay of order {a}: user A's retry",
-            again.brief()
-        )),
+        None => retry_not_replayed(p, a, "user A's retry", again),
     }
 }
 
@@ -1241,7 +1345,7 @@ fn ext_03(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
     Ok(())
 }
 
-/// EXT-03 past 256: keys of [`LONG_KEYS`] stored and replayed mean no
+/// EXT-03 past 256: keys of [`LONG_KEYS`] accepted and replayed mean no
 /// bound (exposed); the first refused one is a bound, found by bisection (a
 /// deviation naming it); an accepted one whose retry is not its replay
 /// means keys that long are taken and not honoured (exposed).
@@ -1288,8 +1392,9 @@ fn long_keys(p: &mut Probe<'_>, probe: &mut KeyProbe) -> Result<(), CannotJudge>
         longest_accepted = length;
     }
     p.expose(format!(
-        "keys have no bound: keys of {} and {} characters were stored and replayed, so a client \
-         can make the target store a key of any length (the contract refuses keys over 255)",
+        "keys have no bound: the target accepted and replayed 8 KiB and 64 KiB keys ({} and {} \
+         characters; each retry answered the first order), where the contract refuses keys over \
+         255 (whether it keeps the key or only a digest of it is not visible over HTTP)",
         LONG_KEYS[0], LONG_KEYS[1]
     ));
     Ok(())
@@ -1320,10 +1425,7 @@ fn ext_04(p: &mut Probe<'_>) -> Result<(), CannotJudge> {
             }
             Some(_) => {}
             None => {
-                p.deviate(format!(
-                    "{} where the contract says a 200 replay of order {id}: a retry",
-                    replay.brief()
-                ));
+                retry_not_replayed(p, &id, "the retry", &replay);
                 continue;
             }
         }

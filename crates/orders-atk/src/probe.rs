@@ -483,6 +483,12 @@ impl<'t> Probe<'t> {
                 self.baseline[user as usize].extend(listed);
             }
         }
+        // A control's order is no attack's, whoever lists it: on a target
+        // that lists every order, A's listing shows B's control too.
+        let controls: Vec<String> = self.control_ids.iter().flatten().cloned().collect();
+        for baseline in &mut self.baseline {
+            baseline.extend(controls.iter().cloned());
+        }
         Ok(())
     }
 
@@ -543,6 +549,15 @@ impl<'t> Probe<'t> {
     /// The order `user`'s control created.
     pub(crate) fn control_id(&self, user: User) -> Option<String> {
         self.control_ids[user as usize].clone()
+    }
+
+    /// The order ids `user`'s 2xx answers named in this check.
+    pub(crate) fn named(&self, user: User) -> BTreeSet<String> {
+        self.seen
+            .iter()
+            .filter(|(u, _)| *u == user)
+            .map(|(_, id)| id.clone())
+            .collect()
     }
 
     /// Whether `user`'s listing shows the orders they create.

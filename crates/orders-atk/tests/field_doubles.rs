@@ -126,9 +126,11 @@ fn keys_without_a_bound_are_exposed_once_keys_of_8_and_64_kib_are_stored_and_rep
     let report = run(&double, "EXT-03", 8);
 
     assert!(
-        exposures(&report)
-            .iter()
-            .any(|e| e.contains("8192") && e.contains("65536") && e.contains("replayed")),
+        exposures(&report).iter().any(|e| e
+            .contains("accepted and replayed 8 KiB and 64 KiB keys")
+            && e.contains("8192")
+            && e.contains("65536")
+            && !e.contains("stored")),
         "{}",
         report.evidence()
     );
@@ -270,7 +272,8 @@ fn the_race_counts_answers_marked_as_replays_apart_from_creations() {
         report
             .notes
             .iter()
-            .any(|n| n.contains("1 created, 7 replayed")),
+            .any(|n| n.contains("made 1 new order(s)")
+                && n.contains("answers: 1 creation, 7 replayed, 0 replayed without")),
         "{}",
         report.evidence()
     );
@@ -420,4 +423,96 @@ fn the_text_report_shows_a_target_s_repeated_html_page_once_cut_to_its_stated_le
     let pages = out.lines().filter(|l| l.contains("Cannot DELETE")).count();
     assert_eq!(pages, 1, "{out}");
     assert!(out.contains("bodies cut to "), "{out}");
+}
+
+#[test]
+fn a_non_integer_quantity_s_exposure_names_exactly_the_bodies_that_created_orders() {
+    // Each body has a key of its own; the app takes 1.0 and 1e2 only.
+    let double = Layered::start(
+        Layer::CAREFUL,
+        App {
+            lax_quantity: true,
+            ..App::STRICT
+        },
+    );
+
+    let report = run(&double, "ATK-11", 8);
+
+    let exposed = exposures(&report).join("\n");
+    assert!(
+        exposed.contains("quantity 1.0 created order")
+            && exposed.contains("quantity 1e2 created order"),
+        "{}",
+        report.evidence()
+    );
+    for refused in [
+        "quantity \"1\"",
+        "quantity 1.5",
+        "quantity true",
+        "quantity null",
+    ] {
+        assert!(
+            !exposed.contains(refused),
+            "{refused}: {}",
+            report.evidence()
+        );
+    }
+}
+
+#[test]
+fn a_race_counts_creations_by_the_orders_made_and_names_replays_without_the_replay_header() {
+    // The layer marks its replays with a header the runner is not told of.
+    let double = Layered::start(
+        Layer {
+            replay_header: "X-Cache-Hit",
+            ..Layer::CAREFUL
+        },
+        App::STRICT,
+    );
+
+    let report = run(&double, "ATK-05", 8);
+
+    assert!(report.blocked(), "{}", report.evidence());
+    assert_eq!(double.order_count(), 1 + 3, "{}", report.evidence());
+    let evidence = report.evidence();
+    assert!(
+        evidence.contains("8 requests made 1 new order(s)") && evidence.contains("1 creation"),
+        "{evidence}"
+    );
+    assert!(
+        report.deviations.iter().any(|d| d
+            .starts_with("round 1: 7 concurrent duplicates returned order")
+            && d.contains("replays without the replay header")),
+        "{evidence}"
+    );
+    assert!(
+        !report
+            .deviations
+            .iter()
+            .any(|d| d.contains("answered as creations")),
+        "{evidence}"
+    );
+}
+
+#[test]
+fn a_refused_retry_of_a_completed_request_is_named_as_what_the_client_would_believe() {
+    let double = Layered::start(
+        Layer {
+            refuses_retries: true,
+            ..Layer::CAREFUL
+        },
+        App::STRICT,
+    );
+
+    let report = run(&double, "EXT-04", 8);
+
+    assert!(report.blocked(), "{}", report.evidence());
+    assert!(
+        report.deviations.iter().any(|d| d
+            .starts_with("the retry of the request that created order")
+            && d.contains("was refused (422")
+            && d.contains("a client would think the order it created failed")),
+        "{}",
+        report.evidence()
+    );
 }

@@ -54,6 +54,9 @@ pub struct Layer {
     /// The HTTP server in front refuses a request whose head is longer
     /// than this many bytes with `431`, before the layer sees it.
     pub head_limit: Option<usize>,
+    /// Refuses (`422`) the retry of a request it recorded, instead of
+    /// replaying it (a cache that lost the body's hash).
+    pub refuses_retries: bool,
 }
 
 impl Layer {
@@ -68,6 +71,7 @@ impl Layer {
         max_key: Some(255),
         replays_201: false,
         head_limit: None,
+        refuses_retries: false,
     };
 }
 
@@ -254,6 +258,12 @@ fn layer(request: &Message, state: &mut State) -> Answer {
             return answer(
                 409,
                 json!({"error": "Idempotency key reused with a different request payload"}),
+            );
+        }
+        if layer.refuses_retries {
+            return answer(
+                422,
+                json!({"error": "Payload does not match stored record for this event key"}),
             );
         }
         let status = if recorded.status == 201 && !layer.replays_201 {
