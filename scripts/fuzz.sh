@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../fuzz"
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    targets=(money create_body patch_body idempotency_key fingerprint cursor client_args outbox_read history settings)
+    targets=(money create_body patch_body idempotency_key fingerprint cursor client_args outbox_read history settings media_type)
 fi
 flags=(-s none --debug-assertions)
 
