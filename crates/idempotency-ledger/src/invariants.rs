@@ -179,6 +179,7 @@ pub struct MediaTypeReading {
 
 /// How the reference reads a quoted string.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "actix-web"), allow(dead_code))]
 enum Backslash {
     /// As RFC 9110 does: `\` starts a quoted-pair, `""` is empty.
     QuotedPair,
@@ -309,6 +310,7 @@ fn reference_media_type_with(raw: &[u8], backslash: Backslash) -> Option<MediaTy
 /// Whether a header value can carry `value` as text: what
 /// `HeaderValue::to_str` lets through (HTAB and visible ASCII with SP), so
 /// what can reach `is_json_media_type` from a request.
+#[cfg(feature = "actix-web")]
 fn header_text(value: &[u8]) -> bool {
     value
         .iter()
