@@ -57,6 +57,19 @@
 //!   [`to_recorded`], and `LedgerError`'s `ResponseError`.
 //! - `problem.rs`: [`Rejected`], and the problem document every refusal
 //!   and error of this layer is written as.
+//!
+//! [`IdempotencyKey`]: crate::IdempotencyKey
+//! [`Outcome::Executed`]: crate::Outcome::Executed
+//! [`Outcome::Replayed`]: crate::Outcome::Replayed
+//! [`Outcome::KeyReused`]: crate::Outcome::KeyReused
+//! [`Outcome::InProgress`]: crate::Outcome::InProgress
+//! [`LedgerError::Overloaded`]: crate::LedgerError::Overloaded
+//! [`LedgerError::Unavailable`]: crate::LedgerError::Unavailable
+//! [`LedgerError::LeaseExpired`]: crate::LedgerError::LeaseExpired
+//! [`LedgerError::Database`]: crate::LedgerError::Database
+//! [`LedgerError::Internal`]: crate::LedgerError::Internal
+//! [`LedgerError::Unreplayable`]: crate::LedgerError::Unreplayable
+//! [`LedgerError::Operation`]: crate::LedgerError::Operation
 
 mod answer;
 mod extract;

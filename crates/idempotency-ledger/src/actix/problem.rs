@@ -12,7 +12,8 @@ use serde::Serialize;
 use super::PROBLEM_JSON;
 use crate::KeyError;
 
-/// Why [`Idempotent`] refused a request, answered as a problem.
+/// Why [`Idempotent`](super::Idempotent) refused a request, answered as a
+/// problem.
 #[derive(Debug, thiserror::Error)]
 pub enum Rejected {
     /// `400 VALIDATION_FAILED`: the key is missing or breaks a rule.
