@@ -200,8 +200,7 @@ mod tests {
     /// function of the request must never change, or their retries would be
     /// refused as a reused key. The first is also SHA-256 of
     /// `POST\0/v1/orders\0json:{"item":"Widget","price":9.99,"quantity":2}`
-    /// computed elsewhere; all were computed by the build before the
-    /// canonical form was last optimised.
+    /// computed elsewhere; the others are pinned as stored.
     #[test]
     fn fingerprints_stay_what_earlier_builds_stored() {
         for (method, path, body, json, pinned) in [
