@@ -194,6 +194,57 @@ pub fn cancel(tx: &mut LedgerTx<'_, '_>, user_id: &str, id: &str) -> Result<Orde
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idempotency_ledger::canonical_json;
+
+    /// Stored orders hold fingerprints computed by earlier builds: the
+    /// function of the request must never change, or their retries would be
+    /// refused as a reused key. The first is also SHA-256 of
+    /// `POST\0/v1/orders\0json:{"item":"Widget","price":9.99,"quantity":2}`
+    /// computed elsewhere; the others are pinned as stored.
+    #[test]
+    fn fingerprints_stay_what_earlier_builds_stored() {
+        for (method, path, body, json, pinned) in [
+            (
+                "POST",
+                "/v1/orders",
+                r#"{"item":"Widget","quantity":2,"price":9.99}"#,
+                true,
+                "933cbef6eba0efef446d41a439eef360b8cc387896ad841d42a0c868105bf234",
+            ),
+            (
+                "PATCH",
+                "/v1/orders/0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b",
+                r#"{ "quantity": 3, "price": 1e2 }"#,
+                true,
+                "830fc2d357a78a700a4cf19086e0d7b1392c36c3f61d7376d10b3cb91707be07",
+            ),
+            (
+                "POST",
+                "/v1/orders",
+                r#"{"\u20ac":[1.50,-0,1e400,9007199254740993,0.1e-7],"\r":{"b":null,"a":true},"1":"\u0001\"/"}"#,
+                true,
+                "40423b3f41d6b15bd1903ea77d3d18039ecc268ee6fb1126a81e8890ed03bdd0",
+            ),
+            (
+                "DELETE",
+                "/v1/orders/x",
+                "",
+                false,
+                "4392248eca66c6a775f5f398021e762938ed41d2c4a6b70d05495fad88ff3417",
+            ),
+            (
+                "POST",
+                "/p",
+                "a=1&b=2",
+                false,
+                "ebff649048a88d2912a6d946d5042ff8a519ee91122c285d96eefe9f682add4b",
+            ),
+        ] {
+            assert_eq!(canonical_json(body.as_bytes()).is_ok(), json, "{body}");
+            let got = Fingerprint::of(method, path, body.as_bytes());
+            assert_eq!(got.as_str(), pinned, "{method} {path} {body}");
+        }
+    }
 
     #[test]
     fn a_cursor_survives_its_round_trip_and_malformed_ones_are_refused() {

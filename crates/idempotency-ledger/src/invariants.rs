@@ -127,7 +127,7 @@ fn changed(value: &Value) -> Option<Value> {
 
 fn fingerprint(text: &[u8]) -> Option<Fingerprint> {
     crate::canonical_json(text).ok()?;
-    Some(Fingerprint::of("POST", "/v1/orders", text))
+    Some(Fingerprint::of("POST", "/v1/payments", text))
 }
 
 /// Any bytes: read as a JSON document from its text exactly when

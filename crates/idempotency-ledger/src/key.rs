@@ -159,7 +159,7 @@ mod tests {
 
     #[test]
     fn sql_is_just_characters() {
-        let key = "'; DROP TABLE orders; --";
+        let key = "'; DROP TABLE users; --";
         assert_eq!(parse(key).as_deref(), Ok(key));
     }
 }

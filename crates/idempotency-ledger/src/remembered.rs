@@ -178,7 +178,7 @@ mod tests {
     fn created() -> RecordedResponse {
         RecordedResponse {
             status: 201,
-            headers: vec![("Location".into(), "/v1/orders/1".into())],
+            headers: vec![("Location".into(), "/v1/payments/1".into())],
             body: b"{\"id\":\"1\"}".to_vec(),
         }
     }
